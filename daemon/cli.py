@@ -1,0 +1,60 @@
+"""The `lengthwise` console script."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+_HELP = """\
+commands:
+  serve       run the daemon (HTTP API + scheduler + engines)
+  model       build a local model folder (smollm2: the default model; tiny: test model)
+  predictor   output-length predictors: data, train, eval
+"""
+
+
+def _serve(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lengthwise serve")
+    parser.add_argument("--config", type=Path, default=Path("etc/lengthwise.toml"),
+                        help="TOML config file (default: %(default)s)")
+    parser.add_argument("--check", action="store_true",
+                        help="validate the config file and exit")
+    args = parser.parse_args(argv)
+    if args.check:
+        from daemon.config import ConfigError, load
+
+        try:
+            load(args.config)
+        except ConfigError as exc:
+            print(f"lengthwise: config error: {exc}")
+            return 2
+        print(f"{args.config}: ok")
+        return 0
+    from daemon.lifecycle import run
+
+    return run(args.config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: lengthwise COMMAND [ARGS]\n\n" + _HELP)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "serve":
+        return _serve(rest)
+    if command == "model":
+        from daemon.models import main as model_main
+
+        return model_main(rest)
+    if command == "predictor":
+        from predictor.cli import main as predictor_main
+
+        return predictor_main(rest)
+    print(f"lengthwise: unknown command {command!r}\n\n{_HELP}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

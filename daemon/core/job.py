@@ -1,0 +1,122 @@
+"""One request's state, from admission to its last token."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass, field
+
+import msgspec
+
+
+class JobStatus(enum.IntEnum):
+    """Ordered: a job only moves to a higher value, except RUNNING -> WAITING on preemption."""
+
+    WAITING = 1
+    RUNNING = 2
+    FINISHED = 3
+    ABORTED = 4
+    FAILED = 5
+
+
+class StopRequest(enum.IntEnum):
+    """Why the core asked an executor to stop a running job at the next token boundary."""
+
+    PREEMPT = 1  # back to the waiting set, keeps its tokens
+    ABORT = 2  # client went away or shutdown: the job ends
+
+
+class SamplingSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What the engine needs to generate; crosses into the executors."""
+
+    max_tokens: int  # output cap in tokens, already resolved against the context length
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+
+class TokenDelta(msgspec.Struct, frozen=True):
+    """New output since the last delta; one or more tokens."""
+
+    text: str
+    token_ids: list[int]
+
+
+class JobEnd(msgspec.Struct, frozen=True):
+    """The last item on a job's output queue."""
+
+    finish_reason: str | None  # "stop" | "length" | "abort" | None on error
+    error: str | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    job_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingSpec
+    arrival_time: float  # event-loop clock, seconds
+    priority: int = 0  # request class, lower = more urgent (as vLLM)
+    # Predicted total output tokens (set before scheduling; None = no prediction).
+    predicted_output_tokens: float | None = None
+    # True output length, known only to benchmarks and oracle policies.
+    true_output_tokens: int | None = None
+    status: JobStatus = JobStatus.WAITING
+    generated_token_ids: list[int] = field(default_factory=list)
+    enqueue_time: float = 0.0  # when it last entered the waiting set
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    finish_reason: str | None = None
+    executor_name: str | None = None
+    num_dispatches: int = 0
+    tokens_at_dispatch: int = 0  # num_generated_tokens when the current dispatch began
+    num_preemptions: int = 0
+    stop_request: StopRequest | None = None
+    outputs: asyncio.Queue[TokenDelta | JobEnd] = field(default_factory=asyncio.Queue)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_generated_tokens(self) -> int:
+        return len(self.generated_token_ids)
+
+    @property
+    def num_remaining_budget_tokens(self) -> int:
+        """Tokens the job may still generate under its max_tokens."""
+        return self.sampling.max_tokens - self.num_generated_tokens
+
+    @property
+    def predicted_remaining_tokens(self) -> float:
+        """Predicted tokens still to come; the budget when there is no prediction."""
+        if self.predicted_output_tokens is None:
+            return float(self.num_remaining_budget_tokens)
+        left = self.predicted_output_tokens - self.num_generated_tokens
+        return float(min(max(left, 1.0), self.num_remaining_budget_tokens))
+
+    @property
+    def is_done(self) -> bool:
+        return self.status >= JobStatus.FINISHED
+
+    def emit(self, text: str, token_ids: list[int], now: float) -> None:
+        """Executors call this for every delta, in order."""
+        if not token_ids and not text:
+            return
+        if self.first_token_time is None:
+            self.first_token_time = now
+        self.generated_token_ids.extend(token_ids)
+        self.outputs.put_nowait(TokenDelta(text, list(token_ids)))
+
+    def end(self, status: JobStatus, now: float, finish_reason: str | None,
+            error: str | None = None) -> None:
+        if self.is_done:
+            return
+        self.status = status
+        self.finish_time = now
+        self.finish_reason = finish_reason
+        self.outputs.put_nowait(JobEnd(finish_reason, error))

@@ -1,0 +1,79 @@
+"""The waiting set: policy order within priority classes, plus aging that bounds every wait."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterator
+
+from daemon.core.job import Job
+
+OrderKey = Callable[[Job], float]
+
+
+class WaitQueue:
+    """A heap on (priority class, policy key) and an enqueue-ordered index for aging.
+
+    `pop` is O(log n): a job that has waited `promote_after_s` or longer goes first (oldest
+    first), otherwise the heap's best. Removal is lazy: heap entries of jobs that left are
+    skipped when they surface.
+    """
+
+    def __init__(self, order_key: OrderKey, promote_after_s: float | None) -> None:
+        self._order_key = order_key
+        self.promote_after_s = promote_after_s  # None disables aging
+        self._seq = itertools.count()
+        self._heap: list[tuple[int, float, int, Job]] = []
+        self._by_age: dict[str, tuple[int, Job]] = {}  # insertion order = enqueue order
+
+    def __len__(self) -> int:
+        return len(self._by_age)
+
+    def __contains__(self, job: Job) -> bool:
+        return job.job_id in self._by_age
+
+    def __iter__(self) -> Iterator[Job]:
+        return (job for _, job in self._by_age.values())
+
+    def push(self, job: Job) -> None:
+        seq = next(self._seq)
+        self._by_age[job.job_id] = (seq, job)
+        heapq.heappush(self._heap, (job.priority, self._order_key(job), seq, job))
+
+    def remove(self, job: Job) -> bool:
+        return self._by_age.pop(job.job_id, None) is not None
+
+    def peek(self, now: float) -> Job | None:
+        oldest = self._oldest_promoted(now)
+        if oldest is not None:
+            return oldest
+        self._drop_stale()
+        return self._heap[0][3] if self._heap else None
+
+    def pop(self, now: float) -> Job | None:
+        job = self.peek(now)
+        if job is not None:
+            del self._by_age[job.job_id]
+        return job
+
+    def rekey(self, order_key: OrderKey) -> None:
+        """Adopt a new policy's order (reload); enqueue order and thus aging is kept."""
+        self._order_key = order_key
+        self._heap = [(job.priority, order_key(job), seq, job)
+                      for seq, job in self._by_age.values()]
+        heapq.heapify(self._heap)
+
+    def _oldest_promoted(self, now: float) -> Job | None:
+        if self.promote_after_s is None or not self._by_age:
+            return None
+        _, job = next(iter(self._by_age.values()))
+        return job if now - job.enqueue_time >= self.promote_after_s else None
+
+    def _drop_stale(self) -> None:
+        heap = self._heap
+        while heap:
+            _, _, seq, job = heap[0]
+            entry = self._by_age.get(job.job_id)
+            if entry is not None and entry[0] == seq:
+                return
+            heapq.heappop(heap)

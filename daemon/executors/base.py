@@ -1,0 +1,114 @@
+"""The executor interface: the only way the core reaches an engine.
+
+An executor runs admitted jobs, streams their tokens into the job, and reports each stop
+back to the core with one callback. The subclass supplies `_generate`; this class owns the
+per-job tasks, the outcome of each run and the admission count.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import enum
+import logging
+from collections.abc import Callable
+
+from daemon.core.job import Job, StopRequest
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(enum.IntEnum):
+    FINISHED = 1  # stop condition or max_tokens reached
+    YIELDED = 2  # preempted, or its token budget for this dispatch ran out
+    ABORTED = 3
+    FAILED = 4
+
+
+OnStop = Callable[[Job, Outcome, str | None], None]  # job, outcome, finish reason or error
+
+
+class Executor(abc.ABC):
+    def __init__(self, name: str, max_running: int) -> None:
+        self.name = name
+        self.max_running = max_running  # admission cap; the core may change it on reload
+        self.running: dict[str, Job] = {}
+        self.on_stop: OnStop = lambda job, outcome, detail: None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def free_slots(self) -> int:
+        return max(self.max_running - len(self.running), 0)
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Load and warm the engine; return when it can serve."""
+
+    @abc.abstractmethod
+    async def shutdown(self) -> None:
+        """Stop the engine. Jobs must have been stopped before."""
+
+    @abc.abstractmethod
+    async def _generate(self, job: Job, max_new_tokens: int, engine_priority: int) -> str | None:
+        """Generate up to max_new_tokens more tokens for job, calling job.emit per delta.
+
+        Return the engine's finish reason ("stop" / "length"), or None when it stopped early
+        because job.stop_request was set (checked after every delta).
+        """
+
+    def launch(self, job: Job, token_budget: int | None, engine_priority: int) -> None:
+        """Start (or resume) job; it must fit (free_slots > 0)."""
+        assert self.free_slots > 0, "launch without a free slot"
+        job.executor_name = self.name
+        job.num_dispatches += 1
+        job.tokens_at_dispatch = job.num_generated_tokens
+        job.stop_request = None
+        self.running[job.job_id] = job
+        budget = job.num_remaining_budget_tokens
+        if token_budget is not None:
+            budget = min(budget, token_budget)
+        task = asyncio.create_task(self._drive(job, budget, engine_priority),
+                                   name=f"{self.name}:{job.job_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def request_stop(self, job: Job, why: StopRequest) -> None:
+        """Ask a running job to stop at its next token boundary; abort beats preempt."""
+        if job.job_id in self.running and (job.stop_request or 0) < why:
+            job.stop_request = why
+
+    async def _drive(self, job: Job, budget: int, engine_priority: int) -> None:
+        outcome, detail = Outcome.FAILED, "internal error"
+        try:
+            reason = await self._generate(job, budget, engine_priority)
+            outcome, detail = self._classify(job, reason)
+        except asyncio.CancelledError:
+            outcome, detail = Outcome.ABORTED, "abort"
+            raise
+        except Exception as exc:  # an engine error ends this job, never the daemon
+            log.exception("executor %s: job %s failed", self.name, job.job_id)
+            outcome, detail = Outcome.FAILED, f"engine error: {exc}"
+        finally:
+            self.running.pop(job.job_id, None)
+            self.on_stop(job, outcome, detail)
+
+    @staticmethod
+    def _classify(job: Job, reason: str | None) -> tuple[Outcome, str | None]:
+        if job.stop_request == StopRequest.ABORT:
+            return Outcome.ABORTED, "abort"
+        if reason == "stop" or job.num_remaining_budget_tokens <= 0:
+            return Outcome.FINISHED, reason or "length"
+        if reason == "abort":  # the engine dropped it by itself
+            return Outcome.FAILED, "engine aborted the request"
+        return Outcome.YIELDED, None
+
+    async def stop_all_tasks(self, timeout_s: float = 5.0) -> None:
+        """Cancel job tasks still running (shutdown), bounded in time."""
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+
+    def load(self) -> float:
+        """Predicted outstanding work, in tokens, of the jobs admitted here."""
+        return sum(job.predicted_remaining_tokens for job in self.running.values())

@@ -1,0 +1,117 @@
+"""VLLMExecutor: one vLLM V1 AsyncLLM engine, the only module that imports vLLM.
+
+Preemption is abort + resume: the engine request is aborted at a token boundary, the job
+keeps its generated ids, and the next dispatch submits prompt + generated ids with the
+remaining budget. With prefix caching on, the resumed prefill mostly hits cached blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from typing import Any
+
+from daemon.config import Config
+from daemon.core.job import Job
+from daemon.executors.base import Executor
+
+log = logging.getLogger(__name__)
+
+
+class VLLMExecutor(Executor):
+    def __init__(self, name: str, device: str, config: Config) -> None:
+        super().__init__(name, config.scheduler.max_running)
+        self.device = device
+        self._config = config
+        self._engine: Any = None
+
+    def _engine_args(self) -> Any:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        model, engine = self._config.model, self._config.engine
+        kwargs: dict[str, Any] = dict(
+            model=model.path,
+            served_model_name=model.name,
+            dtype=model.dtype,
+            max_num_seqs=engine.max_num_seqs,
+            enforce_eager=engine.enforce_eager,
+            enable_prefix_caching=engine.enable_prefix_caching,
+            # vLLM's own queue only reorders what lengthwise admitted; keep its preemption
+            # victim choice in line with ours.
+            scheduling_policy="priority",
+            disable_log_stats=True,
+        )
+        if model.max_model_len:
+            kwargs["max_model_len"] = model.max_model_len
+        if self.device.startswith("cuda"):
+            kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
+        return AsyncEngineArgs(**kwargs)
+
+    async def start(self) -> None:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        if self.device == "cpu":
+            # GiB of KV cache; the engine process reads it at start-up.
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{self._config.engine.cpu_kv_cache_gib:g}"
+        elif self.device.startswith("cuda:"):
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.device.split(":", 1)[1]
+        self._engine = AsyncLLM.from_engine_args(self._engine_args())
+        await self._warm_up()
+        log.info("executor %s ready on %s", self.name, self.device)
+
+    async def _warm_up(self) -> None:
+        """One short generation so the first client does not pay for lazy init."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(max_tokens=2, temperature=0.0)
+        async for _ in self._engine.generate(TokensPrompt(prompt_token_ids=[1, 2, 3]), params,
+                                             f"warmup-{self.name}"):
+            pass
+
+    async def shutdown(self) -> None:
+        await self.stop_all_tasks()
+        if self._engine is not None:
+            self._engine.shutdown()
+            self._engine = None
+
+    async def _generate(self, job: Job, max_new_tokens: int, engine_priority: int) -> str | None:
+        from vllm.inputs import TokensPrompt
+
+        prompt = TokensPrompt(prompt_token_ids=job.prompt_token_ids + job.generated_token_ids)
+        request_id = f"{job.job_id}.{job.num_dispatches}"
+        stream = self._engine.generate(prompt, self._sampling_params(job, max_new_tokens),
+                                       request_id, priority=engine_priority)
+        loop = asyncio.get_running_loop()
+        async with contextlib.aclosing(stream):
+            async for out in stream:
+                completion = out.outputs[0]
+                job.emit(completion.text, list(completion.token_ids), loop.time())
+                if completion.finish_reason is not None:
+                    return str(completion.finish_reason)
+                if job.stop_request is not None:
+                    # Closing the generator (aclosing) aborts the request inside vLLM.
+                    return None
+        return None
+
+    @staticmethod
+    def _sampling_params(job: Job, max_new_tokens: int) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        spec = job.sampling
+        return SamplingParams(
+            max_tokens=max_new_tokens,
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+            stop=list(spec.stop) or None,
+            seed=spec.seed,
+            ignore_eos=spec.ignore_eos,
+            # min_tokens counts from this dispatch; only what is still owed applies.
+            min_tokens=max(min(spec.min_tokens - job.num_generated_tokens, max_new_tokens), 0),
+            presence_penalty=spec.presence_penalty,
+            frequency_penalty=spec.frequency_penalty,
+            output_kind=RequestOutputKind.DELTA,
+        )

@@ -1,0 +1,55 @@
+"""The starlette application: routes, OpenAI-shaped errors, /metrics."""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from daemon.http.errors import ApiError
+from daemon.http.metrics import Metrics
+from daemon.http.routes import Routes
+from daemon.service import Service
+
+log = logging.getLogger(__name__)
+
+
+def build_app(service: Service) -> Starlette:
+    routes = Routes(service)
+    metrics = Metrics(service.scheduler)
+
+    async def on_api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        metrics.http_errors.labels(str(exc.status), exc.info.type).inc()
+        return exc.response()
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return await on_api_error(request, ApiError(exc.status_code, str(exc.detail), kind))
+
+    async def on_crash(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s", request.url.path)
+        return await on_api_error(request, ApiError(500, "internal server error", "server_error"))
+
+    async def render_metrics(request: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
+            Route("/v1/completions", routes.completions, methods=["POST"]),
+            Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/health", routes.health, methods=["GET"]),
+            Route("/metrics", render_metrics, methods=["GET"]),
+        ],
+        exception_handlers={ApiError: on_api_error, HTTPException: on_http_error,
+                            Exception: on_crash},
+    )
+    app.state.metrics = metrics
+    return app

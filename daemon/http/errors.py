@@ -1,0 +1,26 @@
+"""Errors in the OpenAI shape: {"error": {"message", "type", "param", "code"}}."""
+
+from __future__ import annotations
+
+import msgspec
+from starlette.responses import Response
+
+from daemon.http.schemas import ErrorBody, ErrorInfo
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.info = ErrorInfo(message=message, type=type_, param=param, code=code)
+
+    def body(self) -> bytes:
+        return msgspec.json.encode(ErrorBody(self.info))
+
+    def response(self) -> Response:
+        return Response(self.body(), status_code=self.status, media_type="application/json")
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, "invalid_request_error", param, code)

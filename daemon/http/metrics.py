@@ -1,0 +1,71 @@
+"""Prometheus metrics: live state read at scrape time, latencies observed as jobs end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from daemon.core.job import Job, JobStatus
+from daemon.core.scheduler import Scheduler
+
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1)
+
+
+class _SchedulerCollector(Collector):
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        sched = self._scheduler
+        yield GaugeMetricFamily("lengthwise_queue_depth", "Jobs waiting in lengthwise",
+                                value=len(sched.waiting))
+        running = GaugeMetricFamily("lengthwise_running_jobs", "Jobs admitted to an executor",
+                                    labels=["executor"])
+        for ex in sched.executors:
+            running.add_metric([ex.name], len(ex.running))
+        yield running
+        counters = {
+            "jobs_started": "Dispatches to an executor, resumes included",
+            "jobs_finished": "Jobs that ended normally", "jobs_aborted": "Jobs aborted",
+            "jobs_failed": "Jobs that failed in the engine", "preemptions": "Preemptions",
+            "budget_yields": "Dispatches that used up their token budget",
+            "tokens_generated": "Output tokens generated",
+        }
+        for field, doc in counters.items():
+            family = CounterMetricFamily(f"lengthwise_{field}", doc, labels=["executor"])
+            for name, stats in sched.stats.items():
+                family.add_metric([name], getattr(stats, field))
+            yield family
+
+
+class Metrics:
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_SchedulerCollector(scheduler))
+        self.ttft = Histogram("lengthwise_ttft_seconds", "Arrival to first token",
+                              ["executor"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.tpot = Histogram("lengthwise_tpot_seconds", "Mean time per output token after the "
+                              "first", ["executor"], buckets=_TPOT_BUCKETS, registry=self.registry)
+        self.jct = Histogram("lengthwise_jct_seconds", "Arrival to last token", ["executor"],
+                             buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.http_errors = Counter("lengthwise_http_errors", "Requests refused with an error",
+                                   ["status", "type"], registry=self.registry)
+        scheduler.on_job_end.append(self.observe_job)
+
+    def observe_job(self, job: Job) -> None:
+        if job.status != JobStatus.FINISHED or job.first_token_time is None:
+            return
+        executor = job.executor_name or ""
+        assert job.finish_time is not None
+        self.ttft.labels(executor).observe(job.first_token_time - job.arrival_time)
+        self.jct.labels(executor).observe(job.finish_time - job.arrival_time)
+        if job.num_generated_tokens > 1:
+            decode_s = job.finish_time - job.first_token_time
+            self.tpot.labels(executor).observe(decode_s / (job.num_generated_tokens - 1))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,209 @@
+"""Route handlers: translate HTTP <-> Job, nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from daemon.core.job import Job, JobEnd, TokenDelta
+from daemon.core.scheduler import NotAccepting, QueueFull
+from daemon.http import translate
+from daemon.http.errors import ApiError
+from daemon.http.schemas import (ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
+                                 ChatCompletionRequest, ChatMessageOut, Completion,
+                                 CompletionChoice, CompletionRequest, Delta, ErrorBody,
+                                 ErrorInfo, ModelCard, ModelList, SamplingFields, Usage)
+from daemon.service import Service
+from daemon.tokenizer import TemplateError
+
+_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+def _json(obj: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(msgspec.json.encode(obj), status, headers, media_type="application/json")
+
+
+def _sse(obj: object) -> bytes:
+    return b"data: " + msgspec.json.encode(obj) + b"\n\n"
+
+
+def _usage(job: Job) -> Usage:
+    return Usage(job.num_prompt_tokens, job.num_generated_tokens,
+                 job.num_prompt_tokens + job.num_generated_tokens)
+
+
+async def _outputs(job: Job) -> AsyncIterator[TokenDelta | JobEnd]:
+    while True:
+        item = await job.outputs.get()
+        yield item
+        if isinstance(item, JobEnd):
+            return
+
+
+class Routes:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    # ---- admission ----------------------------------------------------------------------
+
+    async def _read(self, request: Request, kind: type[msgspec.Struct]) -> msgspec.Struct:
+        limit = self.service.config.server.max_body_bytes
+        if int(request.headers.get("content-length") or 0) > limit:
+            raise ApiError(413, f"request body exceeds {limit} bytes")
+        body = await request.body()
+        if len(body) > limit:
+            raise ApiError(413, f"request body exceeds {limit} bytes")
+        req: msgspec.Struct = translate.decode_body(body, kind)
+        return req
+
+    def _check_model(self, name: str) -> None:
+        served = self.service.config.model.name
+        if name != served:
+            raise translate.unknown_model(name, served)
+
+    def _admit(self, req: SamplingFields, prompt: list[int], requested_max: int | None,
+               prefix: str) -> Job:
+        svc = self.service
+        if not svc.ready:
+            raise ApiError(503, "the server is starting; retry shortly", "server_error")
+        sampling = translate.sampling_spec(req, requested_max, len(prompt), svc.max_model_len,
+                                           svc.config.limits)
+        job = svc.new_job(prompt, sampling, req.priority, prefix)
+        try:
+            svc.scheduler.submit(job)
+        except NotAccepting as exc:
+            raise ApiError(503, f"{exc}", "server_error") from None
+        except QueueFull as exc:
+            raise ApiError(429, f"server overloaded: {exc}; retry later",
+                           "rate_limit_error") from None
+        return job
+
+    async def _abort_on_disconnect(self, request: Request, job: Job) -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        self.service.scheduler.abort(job)
+
+    async def _collect(self, request: Request, job: Job) -> tuple[str, JobEnd]:
+        """Whole answer for a non-streaming request; a client that leaves aborts the job."""
+        watcher = asyncio.create_task(self._abort_on_disconnect(request, job))
+        pieces: list[str] = []
+        try:
+            async for item in _outputs(job):
+                if isinstance(item, JobEnd):
+                    if item.error is not None:
+                        raise ApiError(500, item.error, "server_error")
+                    return "".join(pieces), item
+                pieces.append(item.text)
+        finally:
+            watcher.cancel()
+            self.service.scheduler.abort(job)
+        raise AssertionError("output stream ended without JobEnd")
+
+    def _headers(self, job: Job) -> dict[str, str]:
+        headers = {"x-request-id": job.job_id}
+        if job.predicted_output_tokens is not None:
+            headers["x-lengthwise-predicted-tokens"] = f"{job.predicted_output_tokens:.0f}"
+        return headers
+
+    # ---- endpoints ----------------------------------------------------------------------
+
+    async def chat_completions(self, request: Request) -> Response:
+        req = await self._read(request, ChatCompletionRequest)
+        assert isinstance(req, ChatCompletionRequest)
+        self._check_model(req.model)
+        messages = translate.chat_messages(req)
+        try:
+            prompt = await asyncio.to_thread(self.service.tokenizer.encode_chat, messages)
+        except TemplateError as exc:
+            raise translate.bad_request(str(exc), "messages") from None
+        requested = req.max_completion_tokens if req.max_completion_tokens is not None \
+            else req.max_tokens
+        job = self._admit(req, prompt, requested, "chatcmpl")
+        if req.stream:
+            return StreamingResponse(self._chat_stream(job, req), media_type="text/event-stream",
+                                     headers={**_SSE_HEADERS, **self._headers(job)})
+        text, end = await self._collect(request, job)
+        body = ChatCompletion(id=job.job_id, created=int(time.time()), model=req.model,
+                              choices=[ChatChoice(0, ChatMessageOut("assistant", text),
+                                                  end.finish_reason)],
+                              usage=_usage(job))
+        return _json(body, headers=self._headers(job))
+
+    async def _chat_stream(self, job: Job, req: ChatCompletionRequest) -> AsyncIterator[bytes]:
+        created = int(time.time())
+
+        def chunk(delta: Delta, finish: str | None = None) -> bytes:
+            return _sse(ChatCompletionChunk(job.job_id, created, req.model,
+                                            [ChatChunkChoice(0, delta, finish)]))
+
+        try:
+            yield chunk(Delta(role="assistant", content=""))
+            async for item in _outputs(job):
+                if isinstance(item, TokenDelta):
+                    if item.text:
+                        yield chunk(Delta(content=item.text))
+                elif item.error is not None:
+                    yield _sse(ErrorBody(ErrorInfo(item.error, "server_error")))
+                else:
+                    yield chunk(Delta(), item.finish_reason)
+            if req.stream_options is not None and req.stream_options.include_usage:
+                yield _sse(ChatCompletionChunk(job.job_id, created, req.model, [], _usage(job)))
+            yield b"data: [DONE]\n\n"
+        finally:
+            self.service.scheduler.abort(job)  # no-op when it ended; client gone otherwise
+
+    async def completions(self, request: Request) -> Response:
+        req = await self._read(request, CompletionRequest)
+        assert isinstance(req, CompletionRequest)
+        self._check_model(req.model)
+        prompt = translate.completion_prompt(req)
+        if isinstance(prompt, str):
+            prompt = await asyncio.to_thread(self.service.tokenizer.encode, prompt)
+        else:
+            translate.check_vocab(prompt, self.service.tokenizer.vocab_size)
+        job = self._admit(req, prompt, req.max_tokens, "cmpl")
+        if req.stream:
+            return StreamingResponse(self._completion_stream(job, req),
+                                     media_type="text/event-stream",
+                                     headers={**_SSE_HEADERS, **self._headers(job)})
+        text, end = await self._collect(request, job)
+        body = Completion(job.job_id, int(time.time()), req.model,
+                          [CompletionChoice(0, text, end.finish_reason)], _usage(job))
+        return _json(body, headers=self._headers(job))
+
+    async def _completion_stream(self, job: Job, req: CompletionRequest) -> AsyncIterator[bytes]:
+        created = int(time.time())
+        try:
+            async for item in _outputs(job):
+                if isinstance(item, TokenDelta):
+                    if item.text:
+                        yield _sse(Completion(job.job_id, created, req.model,
+                                              [CompletionChoice(0, item.text)]))
+                elif item.error is not None:
+                    yield _sse(ErrorBody(ErrorInfo(item.error, "server_error")))
+                else:
+                    yield _sse(Completion(job.job_id, created, req.model,
+                                          [CompletionChoice(0, "", item.finish_reason)]))
+            if req.stream_options is not None and req.stream_options.include_usage:
+                yield _sse(Completion(job.job_id, created, req.model, [], _usage(job)))
+            yield b"data: [DONE]\n\n"
+        finally:
+            self.service.scheduler.abort(job)
+
+    async def models(self, request: Request) -> Response:
+        svc = self.service
+        card = ModelCard(id=svc.config.model.name, created=int(time.time()),
+                         max_model_len=svc.max_model_len)
+        return _json(ModelList([card]))
+
+    async def health(self, request: Request) -> Response:
+        if not self.service.ready:
+            return _json({"status": "starting"}, 503)
+        if not self.service.scheduler.accepting:
+            return _json({"status": "draining"}, 503)
+        return _json({"status": "ok"})

@@ -1,0 +1,80 @@
+"""What the HTTP layer talks to: config, tokenizer, executors and the scheduler, wired once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from pathlib import Path
+
+from daemon.config import Config
+from daemon.core.job import Job, SamplingSpec
+from daemon.core.scheduler import Scheduler
+from daemon.executors.base import Executor
+from daemon.tokenizer import Tokenizer
+from policies import registry
+
+log = logging.getLogger(__name__)
+
+
+def model_context_len(config: Config) -> int:
+    if config.model.max_model_len:
+        return config.model.max_model_len
+    model_cfg = json.loads((Path(config.model.path) / "config.json").read_text())
+    return int(model_cfg.get("max_position_embeddings", 2048))
+
+
+def build_executors(config: Config) -> list[Executor]:
+    engine = config.engine
+    if engine.kind == "sim":
+        from daemon.executors.sim import SimExecutor
+
+        return [SimExecutor(f"sim{i}", config.scheduler.max_running, config.sim)
+                for i in range(len(engine.devices))]
+    from daemon.executors.vllm import VLLMExecutor
+
+    return [VLLMExecutor(f"{dev.replace(':', '')}-{i}", dev, config)
+            for i, dev in enumerate(engine.devices)]
+
+
+class Service:
+    def __init__(self, config: Config, tokenizer: Tokenizer, executors: list[Executor]) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.executors = executors
+        self.max_model_len = model_context_len(config)
+        self.scheduler = Scheduler(executors, registry.create(config.scheduler.policy),
+                                   config.scheduler)
+        self.ready = False
+        self._scheduler_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def create(cls, config: Config) -> Service:
+        tokenizer = await asyncio.to_thread(Tokenizer, config.model.path)
+        return cls(config, tokenizer, build_executors(config))
+
+    async def start(self) -> None:
+        """Start and warm every engine, then open the scheduler for requests."""
+        await asyncio.wait_for(asyncio.gather(*(ex.start() for ex in self.executors)),
+                               self.config.engine.startup_timeout_s)
+        self._scheduler_task = asyncio.create_task(self.scheduler.run(), name="scheduler")
+        self.scheduler.accepting = True
+        self.ready = True
+
+    def new_job(self, prompt_token_ids: list[int], sampling: SamplingSpec, priority: int,
+                prefix: str) -> Job:
+        return Job(job_id=f"{prefix}-{uuid.uuid4().hex}", prompt_token_ids=prompt_token_ids,
+                   sampling=sampling, arrival_time=self.scheduler.now(), priority=priority)
+
+    def apply(self, config: Config) -> None:
+        """Adopt a reloaded tree whose restart-only sections equal the running ones."""
+        self.scheduler.reconfigure(config.scheduler, registry.create(config.scheduler.policy))
+        self.config = config
+
+    async def shutdown(self) -> None:
+        self.ready = False
+        if self._scheduler_task is not None:
+            self._scheduler_task.cancel()
+            await asyncio.gather(self._scheduler_task, return_exceptions=True)
+        await asyncio.gather(*(ex.shutdown() for ex in self.executors), return_exceptions=True)

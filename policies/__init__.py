@@ -1,0 +1,1 @@
+"""Scheduling policies, one module each; `registry` maps config names to classes."""

@@ -54,8 +54,8 @@ class EngineConfig(_Section):
     devices: list[str] = msgspec.field(default_factory=lambda: ["cpu"])
     # vLLM's own batch cap (max_num_seqs); lengthwise admits at most scheduler.max_running.
     max_num_seqs: int = 8
-    # CPU engines: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE).
-    cpu_kv_cache_gib: float = 1.0
+    # CPU engines: KV cache size in whole GiB (VLLM_CPU_KVCACHE_SPACE takes an integer).
+    cpu_kv_cache_gib: int = 1
     # GPU engines: fraction of device memory vLLM may use.
     gpu_memory_utilization: float = 0.9
     # Skip CUDA-graph/compile warm-up: ~20 s start-up instead of ~50 s on CPU.
@@ -74,7 +74,8 @@ class AgingConfig(_Section):
 
 
 class SchedulerConfig(_Section):
-    # Policy name from the registry in policies/ (fcfs, ...).
+    # Policy name from the registry in policies/: fcfs, ssjf, isrtf, alise, scls,
+    # oracle-sjf, oracle-srpt (oracles need true lengths: benchmarks only).
     policy: str = "fcfs"
     # Jobs admitted to one executor at once; the rest wait in lengthwise, where the policy
     # orders them. Must be <= engine.max_num_seqs.
@@ -82,6 +83,64 @@ class SchedulerConfig(_Section):
     # Waiting jobs beyond this are refused with 429.
     max_waiting: int = 1024
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
+
+
+class ISRTFConfig(_Section):
+    """[policies.isrtf]: iterative shortest remaining time first (ELIS), also oracle-srpt."""
+
+    # Remaining length is re-predicted every this many generated tokens (ELIS's window).
+    window_tokens: int = 50
+    # A waiting job preempts a running one only if the victim's predicted remaining tokens
+    # exceed (1 + margin) x the candidate's: preempt when it pays, not at every window.
+    margin: float = 0.5
+    # Most times one job may be preempted; bounds churn and every job's completion time.
+    max_preemptions: int = 2
+    # Seconds one batch of re-predictions may take before the old predictions are kept.
+    repredict_timeout_s: float = 1.0
+
+
+class ALISEConfig(_Section):
+    """[policies.alise]: priority on estimated remaining execution time (ALISE)."""
+
+    # Virtual aging: a waiting job's effective remaining time halves (it climbs one priority
+    # level) for every this many seconds it waits.
+    age_threshold_s: float = 10.0
+    # Preempt only if victim's remaining time (net of its resume cost) > (1 + margin) x the
+    # candidate's aged remaining time.
+    margin: float = 0.5
+    # Most times one job may be preempted.
+    max_preemptions: int = 2
+    # A job that outlives its prediction has it multiplied by this (ALISE doubles it).
+    demote_factor: float = 2.0
+    # Preempted jobs per executor whose KV cache may stay on the engine (ALISE's GPU job
+    # limit); the rest, by estimated wait time, are offloaded or dropped.
+    max_resident_jobs: int = 4
+    # True once kvstore exists: jobs over the resident limit are offloaded, not dropped.
+    offload: bool = False
+    # Seconds between reviews of aged priorities, estimated waits and KV residency when
+    # nothing else wakes the scheduler.
+    review_interval_s: float = 0.5
+
+
+class SCLSConfig(_Section):
+    """[policies.scls]: slice-level scheduling (SCLS)."""
+
+    # Most tokens one dispatch runs before the job returns to the pool (the slice S).
+    slice_tokens: int = 128
+    # The schedule interval T = max(interval_factor x least executor load, min_interval_s).
+    min_interval_s: float = 0.5
+    interval_factor: float = 0.5
+    # Memory estimate per executor, in KV tokens: a batch needs (input + slice) x size of
+    # them. 0 = no memory bound beyond scheduler.max_running.
+    kv_capacity_tokens: int = 0
+
+
+class PoliciesConfig(_Section):
+    """Per-policy parameters; only the section of the active policy is read."""
+
+    isrtf: ISRTFConfig = msgspec.field(default_factory=ISRTFConfig)
+    alise: ALISEConfig = msgspec.field(default_factory=ALISEConfig)
+    scls: SCLSConfig = msgspec.field(default_factory=SCLSConfig)
 
 
 class LimitsConfig(_Section):
@@ -112,6 +171,7 @@ class Config(_Section):
     model: ModelConfig = msgspec.field(default_factory=ModelConfig)
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     scheduler: SchedulerConfig = msgspec.field(default_factory=SchedulerConfig)
+    policies: PoliciesConfig = msgspec.field(default_factory=PoliciesConfig)
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     sim: SimConfig = msgspec.field(default_factory=SimConfig)
     log: LogConfig = msgspec.field(default_factory=LogConfig)
@@ -143,6 +203,8 @@ def validate(config: Config, source: str) -> None:
     problems = []
     if not 0 < config.server.port < 65536:
         problems.append("server.port must be in 1..65535")
+    if config.engine.cpu_kv_cache_gib < 1:
+        problems.append("engine.cpu_kv_cache_gib must be >= 1")
     if config.engine.max_num_seqs < 1:
         problems.append("engine.max_num_seqs must be >= 1")
     if not 1 <= config.scheduler.max_running <= config.engine.max_num_seqs:
@@ -159,6 +221,7 @@ def validate(config: Config, source: str) -> None:
         problems.append("limits.drain_timeout_s must be >= 0")
     if config.scheduler.aging.promote_after_s <= 0:
         problems.append("scheduler.aging.promote_after_s must be > 0")
+    problems += _policy_problems(config.policies)
     from policies import registry  # late: policies import daemon.core, not the reverse
 
     if config.scheduler.policy not in registry.names():
@@ -167,6 +230,26 @@ def validate(config: Config, source: str) -> None:
         )
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
+
+
+def _policy_problems(p: PoliciesConfig) -> list[str]:
+    checks = [
+        (p.isrtf.window_tokens >= 1, "policies.isrtf.window_tokens must be >= 1"),
+        (p.isrtf.margin >= 0, "policies.isrtf.margin must be >= 0"),
+        (p.isrtf.max_preemptions >= 0, "policies.isrtf.max_preemptions must be >= 0"),
+        (p.isrtf.repredict_timeout_s > 0, "policies.isrtf.repredict_timeout_s must be > 0"),
+        (p.alise.age_threshold_s > 0, "policies.alise.age_threshold_s must be > 0"),
+        (p.alise.margin >= 0, "policies.alise.margin must be >= 0"),
+        (p.alise.max_preemptions >= 0, "policies.alise.max_preemptions must be >= 0"),
+        (p.alise.demote_factor > 1, "policies.alise.demote_factor must be > 1"),
+        (p.alise.max_resident_jobs >= 0, "policies.alise.max_resident_jobs must be >= 0"),
+        (p.alise.review_interval_s > 0, "policies.alise.review_interval_s must be > 0"),
+        (p.scls.slice_tokens >= 1, "policies.scls.slice_tokens must be >= 1"),
+        (p.scls.min_interval_s > 0, "policies.scls.min_interval_s must be > 0"),
+        (0 < p.scls.interval_factor <= 1, "policies.scls.interval_factor must be in (0, 1]"),
+        (p.scls.kv_capacity_tokens >= 0, "policies.scls.kv_capacity_tokens must be >= 0"),
+    ]
+    return [message for ok, message in checks if not ok]
 
 
 def restart_only_changes(old: Config, new: Config) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -24,6 +25,14 @@ class StopRequest(enum.IntEnum):
 
     PREEMPT = 1  # back to the waiting set, keeps its tokens
     ABORT = 2  # client went away or shutdown: the job ends
+
+
+class KVResidency(enum.IntEnum):
+    """Where a preempted job's KV cache should wait for its resume (advice to the executors)."""
+
+    KEEP = 1  # stay cached on the engine (prefix cache): resume skips recomputation
+    OFFLOAD = 2  # copy to kvstore (CPU memory)
+    DROP = 3  # let the engine evict it: resume recomputes prompt + generated tokens
 
 
 class SamplingSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +85,13 @@ class Job:
     tokens_at_dispatch: int = 0  # num_generated_tokens when the current dispatch began
     num_preemptions: int = 0
     stop_request: StopRequest | None = None
+    # The core asks to hear about a running job when num_generated_tokens reaches this
+    # (re-prediction windows, demotion on outliving a prediction); None = never.
+    checkpoint_tokens: int | None = None
+    on_checkpoint: Callable[[Job], None] | None = None
+    # Policy estimates while waiting: seconds until it runs again, and where its KV waits.
+    estimated_wait_s: float | None = None
+    kv_residency: KVResidency | None = None
     outputs: asyncio.Queue[TokenDelta | JobEnd] = field(default_factory=asyncio.Queue)
 
     @property
@@ -111,6 +127,11 @@ class Job:
             self.first_token_time = now
         self.generated_token_ids.extend(token_ids)
         self.outputs.put_nowait(TokenDelta(text, list(token_ids)))
+        mark = self.checkpoint_tokens
+        if mark is not None and len(self.generated_token_ids) >= mark:
+            self.checkpoint_tokens = None  # one call per mark; the listener sets the next
+            if self.on_checkpoint is not None:
+                self.on_checkpoint(self)
 
     def end(self, status: JobStatus, now: float, finish_reason: str | None,
             error: str | None = None) -> None:

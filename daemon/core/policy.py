@@ -3,23 +3,63 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 from daemon.core.job import Job
+from daemon.core.waitqueue import WaitQueue
+
+
+class ExecutorView(Protocol):
+    """What a policy may read about an executor (daemon.executors.base.Executor is one)."""
+
+    name: str
+    max_running: int
+    running: dict[str, Job]
+
+    @property
+    def free_slots(self) -> int: ...
+
+    def load(self) -> float: ...
+
+
+@dataclass(slots=True, frozen=True)
+class DispatchContext:
+    """One decision round as a policy sees it. Read-only for policies: the core moves jobs."""
+
+    now: float  # loop clock, seconds
+    waiting: WaitQueue
+    executors: Sequence[ExecutorView]
+
+    def free_executors(self) -> list[ExecutorView]:
+        return [ex for ex in self.executors if ex.free_slots > 0]
+
+    def running_jobs(self) -> list[Job]:
+        return [job for ex in self.executors for job in ex.running.values()]
 
 
 class Policy:
-    """Decides order, preemption and dispatch size. Stateless about the queues themselves.
+    """Decides order, preemption and dispatch size; the core owns the sets and aging.
 
-    The core owns the waiting and running sets and aging; a policy only answers questions.
+    A policy may keep advisory state (a plan, estimates), but the core's waiting and running
+    sets are the truth: any job in that state may have left, and a policy must cope with it.
+    Hooks run on the event loop at every decision: keep them cheap (no I/O, no models).
     """
 
     name: ClassVar[str] = ""
+    # Whether choose_victim can ever return a job; the core skips the question otherwise.
+    preemptive: ClassVar[bool] = False
+    # Most preemptions one job may suffer; the core never offers a job at the bound as a
+    # victim. None = unbounded.
+    max_preemptions: int | None = None
+    # Seconds one batch of re-predictions (see on_checkpoint) may take.
+    repredict_timeout_s: float = 1.0
 
     def order_key(self, job: Job) -> float:
         """Rank among waiting jobs of the same priority class; lower runs first.
 
-        Called when a job enters the waiting set; the key is kept until it leaves.
+        Called when a job enters the waiting set; the key is kept until it leaves (or its
+        prediction changes).
         """
         raise NotImplementedError
 
@@ -31,6 +71,45 @@ class Policy:
         """Most tokens one dispatch may run before the job returns to the pool; None = all."""
         return None
 
-    def choose_victim(self, candidate: Job, running: Sequence[Job]) -> Job | None:
-        """A running job that `candidate` should replace now, or None (no preemption)."""
+    def choose_victim(self, candidate: Job, running: Sequence[Job], now: float) -> Job | None:
+        """A running job that `candidate` should replace now, or None (no preemption).
+
+        `running` holds only jobs that may still be preempted (not stopping, under the bound).
+        """
         return None
+
+    def choose_executor(self, job: Job, free: Sequence[ExecutorView]) -> ExecutorView:
+        """Where a job goes among executors with a free slot: least predicted outstanding
+        work (sum of predicted remaining tokens), fewer running jobs on a tie."""
+        return min(free, key=lambda ex: (ex.load(), len(ex.running)))
+
+    def next_assignment(self, ctx: DispatchContext) -> tuple[Job, ExecutorView] | None:
+        """The next (waiting job, executor with a free slot) to launch, or None to stop.
+
+        The core launches it and asks again. Jobs promoted by aging never reach this: the
+        core launches them first, whatever the policy.
+        """
+        free = ctx.free_executors()
+        job = ctx.waiting.peek(ctx.now) if free else None
+        if job is None:
+            return None
+        return job, self.choose_executor(job, free)
+
+    def next_checkpoint(self, job: Job) -> int | None:
+        """num_generated_tokens at which on_checkpoint should run for this running job."""
+        return None
+
+    def on_checkpoint(self, job: Job, now: float) -> bool:
+        """A running job reached its checkpoint; update its estimates. True asks the core to
+        re-predict its remaining length (off the loop, when a predictor is configured)."""
+        return False
+
+    def after_round(self, ctx: DispatchContext) -> float | None:
+        """End of a decision round: refresh derived state. Returns the loop time of the
+        next round the policy wants even if no event comes (None = only on events)."""
+        return None
+
+
+def class_rank(priority: int, value: float, scale: int = 1_000_000) -> int:
+    """vLLM priority that keeps request classes apart and orders by `value` within one."""
+    return priority * scale + min(max(int(value), 0), scale - 1)

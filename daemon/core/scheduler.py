@@ -2,7 +2,9 @@
 
 Pure asyncio. It gets its policy from the caller (built from the registry in policies/) and
 reaches engines only through the Executor interface. One task (`run`) makes every decision;
-submissions and executor stops only change sets and wake it.
+submissions, executor stops and checkpoints only change sets and wake it. A timer wakes it
+too, when the oldest waiting job is due for promotion or the policy asked for a round, so
+aging and preemption happen even when no slot frees.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from dataclasses import dataclass
 
 from daemon.config import SchedulerConfig
 from daemon.core.job import Job, JobStatus, StopRequest
-from daemon.core.policy import Policy
+from daemon.core.policy import DispatchContext, ExecutorView, Policy
+from daemon.core.repredict import RemainingPredictor, Repredictor
 from daemon.core.waitqueue import WaitQueue
 from daemon.executors.base import Executor, Outcome
 
 log = logging.getLogger(__name__)
+
+_MIN_TIMER_S = 0.001  # a policy asking for a round "now" again must not spin the loop
 
 
 class NotAccepting(Exception):
@@ -43,6 +48,7 @@ class ExecutorStats:
 
 
 JobListener = Callable[[Job], None]
+DispatchListener = Callable[[Job, Executor], None]
 
 
 class Scheduler:
@@ -53,12 +59,17 @@ class Scheduler:
         self.waiting = WaitQueue(policy.order_key, self._promote_after(config))
         self.stats = {ex.name: ExecutorStats() for ex in executors}
         self.on_job_end: list[JobListener] = []  # called once per job that ended
+        self.on_dispatch: list[DispatchListener] = []  # called at every launch and resume
         self.accepting = False
         self._jobs: dict[str, Job] = {}  # every job not yet ended
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._loop = asyncio.get_running_loop()
+        self._by_name = {ex.name: ex for ex in executors}
+        self._policy_wakeup: float | None = None
+        self.repredictor = Repredictor(self._on_reprediction)
+        self.repredictor.timeout_s = policy.repredict_timeout_s
         for ex in executors:
             ex.max_running = config.max_running
             ex.on_stop = self._on_executor_stop
@@ -77,6 +88,15 @@ class Scheduler:
     @property
     def num_jobs(self) -> int:
         return len(self._jobs)
+
+    @property
+    def remaining_predictor(self) -> RemainingPredictor | None:
+        """Async callable re-predicting remaining tokens at policy checkpoints (ISRTF)."""
+        return self.repredictor.predict
+
+    @remaining_predictor.setter
+    def remaining_predictor(self, predict: RemainingPredictor | None) -> None:
+        self.repredictor.predict = predict
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -104,54 +124,122 @@ class Scheduler:
         """Live reload: new limits, aging and policy; waiting jobs are re-ranked, none lost."""
         self.config = config
         self.policy = policy
+        self.repredictor.timeout_s = policy.repredict_timeout_s
         self.waiting.promote_after_s = self._promote_after(config)
         self.waiting.rekey(policy.order_key)
+        self._policy_wakeup = None
         for ex in self.executors:
             ex.max_running = config.max_running
+            for job in ex.running.values():  # running jobs keep going; new checkpoints
+                job.checkpoint_tokens = policy.next_checkpoint(job)
         self._wake.set()
 
     # ---- the decision loop --------------------------------------------------------------
 
     async def run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            self.dispatch()
+        try:
+            while True:
+                deadline = self._next_deadline()
+                delay = None if deadline is None else max(deadline - self.now(), _MIN_TIMER_S)
+                try:
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+                self.dispatch()
+        finally:
+            await self.repredictor.close()
+
+    def _next_deadline(self) -> float | None:
+        times = [t for t in (self.waiting.promotion_due(), self._policy_wakeup)
+                 if t is not None and t > self.now()]
+        return min(times, default=None)
 
     def dispatch(self) -> None:
-        now = self.now()
-        while len(self.waiting):
-            free = [ex for ex in self.executors if ex.free_slots > 0]
-            if not free:
-                break
-            job = self.waiting.pop(now)
-            assert job is not None
-            self._launch(job, self._choose_executor(free))
-        self._consider_preemption(now)
+        """One decision round: launch what fits, preempt what pays, let the policy review."""
+        ctx = DispatchContext(self.now(), self.waiting, self.executors)
+        self._assign(ctx)
+        if self.policy.preemptive and len(self.waiting):
+            self._consider_preemption(ctx)
+        self._policy_wakeup = self.policy.after_round(ctx)
 
-    def _choose_executor(self, free: list[Executor]) -> Executor:
-        # Least predicted outstanding work; fewer running jobs breaks ties.
-        return min(free, key=lambda ex: (ex.load(), len(ex.running)))
+    def _assign(self, ctx: DispatchContext) -> None:
+        for _ in range(sum(ex.free_slots for ex in self.executors)):
+            promoted = self.waiting.oldest_promoted(ctx.now)  # aging beats every policy
+            pick: tuple[Job, ExecutorView] | None
+            if promoted is not None:
+                free = ctx.free_executors()
+                pick = (promoted, self.policy.choose_executor(promoted, free)) if free else None
+            else:
+                pick = self.policy.next_assignment(ctx)
+            if pick is None:
+                return
+            job, view = pick
+            ex = self._by_name.get(view.name)
+            if ex is None or ex.free_slots <= 0 or not self.waiting.remove(job):
+                log.error("policy %s proposed an invalid dispatch of %s to %s",
+                          self.policy.name, job.job_id, view.name)
+                return
+            self._launch(job, ex)
 
     def _launch(self, job: Job, ex: Executor) -> None:
         job.status = JobStatus.RUNNING
+        job.estimated_wait_s = None
         self.stats[ex.name].jobs_started += 1
+        job.on_checkpoint = self._on_checkpoint
+        job.checkpoint_tokens = self.policy.next_checkpoint(job)
         ex.launch(job, self.policy.token_budget(job), self.policy.engine_priority(job))
+        for listener in self.on_dispatch:
+            listener(job, ex)
 
-    def _consider_preemption(self, now: float) -> None:
-        candidate = self.waiting.peek(now)
-        if candidate is None:
+    def _consider_preemption(self, ctx: DispatchContext) -> None:
+        """Each waiting job in order may replace one running job, as long as the policy
+        says it pays; slots already being freed by earlier preemptions are counted."""
+        limit = self.policy.max_preemptions
+        pending, eligible = 0, []
+        for job in ctx.running_jobs():
+            if job.stop_request == StopRequest.PREEMPT:
+                pending += 1
+            elif job.stop_request is None and (limit is None or job.num_preemptions < limit):
+                eligible.append(job)
+        if not eligible:
             return
-        running = [job for ex in self.executors for job in ex.running.values()
-                   if job.stop_request is None]
-        victim = self.policy.choose_victim(candidate, running)
-        if victim is not None and victim.executor_name is not None:
-            ex = next(e for e in self.executors if e.name == victim.executor_name)
-            ex.request_stop(victim, StopRequest.PREEMPT)
+        for candidate in self.waiting.best(ctx.now, pending + len(eligible))[pending:]:
+            victim = self.policy.choose_victim(candidate, eligible, ctx.now)
+            if victim is None or victim not in eligible:
+                return
+            eligible.remove(victim)
+            self._by_name[victim.executor_name or ""].request_stop(victim, StopRequest.PREEMPT)
+            if not eligible:
+                return
+
+    # ---- checkpoints and re-prediction --------------------------------------------------
+
+    def _on_checkpoint(self, job: Job) -> None:
+        """A running job reached its checkpoint (called from its executor's delta)."""
+        if job.status is not JobStatus.RUNNING:
+            return
+        try:
+            repredict = self.policy.on_checkpoint(job, self.now())
+            mark = self.policy.next_checkpoint(job)
+        except Exception:  # a policy bug must not fail the job that is streaming
+            log.exception("policy %s: checkpoint of %s failed", self.policy.name, job.job_id)
+            return
+        job.checkpoint_tokens = None if mark is None else max(mark, job.num_generated_tokens + 1)
+        if repredict:
+            self.repredictor.request(job)
+        self._wake.set()
+
+    def _on_reprediction(self, job: Job, predicted_total: float) -> None:
+        job.predicted_output_tokens = predicted_total
+        self.waiting.update(job)  # no-op unless it waits
+        self._wake.set()
 
     # ---- executor reports ---------------------------------------------------------------
 
     def _on_executor_stop(self, job: Job, outcome: Outcome, detail: str | None) -> None:
+        job.checkpoint_tokens = None
         stats = self.stats[job.executor_name or ""]
         stats.tokens_generated += job.num_generated_tokens - job.tokens_at_dispatch
         if outcome is Outcome.YIELDED:
@@ -192,6 +280,8 @@ class Scheduler:
     async def drain(self, timeout_s: float) -> bool:
         """Stop accepting; wait for every job to end. True if all ended in time."""
         self.accepting = False
+        if self._idle.is_set():
+            return True
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
             return True

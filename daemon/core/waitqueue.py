@@ -44,11 +44,46 @@ class WaitQueue:
         return self._by_age.pop(job.job_id, None) is not None
 
     def peek(self, now: float) -> Job | None:
-        oldest = self._oldest_promoted(now)
+        oldest = self.oldest_promoted(now)
         if oldest is not None:
             return oldest
         self._drop_stale()
         return self._heap[0][3] if self._heap else None
+
+    def best(self, now: float, n: int) -> list[Job]:
+        """The first n jobs in dispatch order (promoted by age, then the heap); O(n log size)."""
+        out: list[Job] = []
+        if self.promote_after_s is not None:
+            for _, job in self._by_age.values():
+                if len(out) >= n or now - job.enqueue_time < self.promote_after_s:
+                    break
+                out.append(job)
+        taken = {job.job_id for job in out}
+        popped: list[tuple[int, float, int, Job]] = []
+        while self._heap and len(out) < n:
+            entry = heapq.heappop(self._heap)
+            if self._is_live(entry):
+                popped.append(entry)
+                if entry[3].job_id not in taken:
+                    out.append(entry[3])
+        for entry in popped:
+            heapq.heappush(self._heap, entry)
+        return out
+
+    def update(self, job: Job) -> None:
+        """Re-key one waiting job (its prediction changed); its place in age order stays."""
+        if job.job_id not in self._by_age:
+            return
+        seq = next(self._seq)
+        self._by_age[job.job_id] = (seq, job)  # same dict slot: enqueue order is kept
+        heapq.heappush(self._heap, (job.priority, self._order_key(job), seq, job))
+
+    def promotion_due(self) -> float | None:
+        """Loop time at which the oldest waiting job gets promoted; None if no aging or empty."""
+        if self.promote_after_s is None or not self._by_age:
+            return None
+        _, job = next(iter(self._by_age.values()))
+        return job.enqueue_time + self.promote_after_s
 
     def pop(self, now: float) -> Job | None:
         job = self.peek(now)
@@ -63,17 +98,18 @@ class WaitQueue:
                       for seq, job in self._by_age.values()]
         heapq.heapify(self._heap)
 
-    def _oldest_promoted(self, now: float) -> Job | None:
+    def oldest_promoted(self, now: float) -> Job | None:
+        """The longest-waiting job if it has waited promote_after_s or longer."""
         if self.promote_after_s is None or not self._by_age:
             return None
         _, job = next(iter(self._by_age.values()))
         return job if now - job.enqueue_time >= self.promote_after_s else None
 
+    def _is_live(self, entry: tuple[int, float, int, Job]) -> bool:
+        current = self._by_age.get(entry[3].job_id)
+        return current is not None and current[0] == entry[2]
+
     def _drop_stale(self) -> None:
         heap = self._heap
-        while heap:
-            _, _, seq, job = heap[0]
-            entry = self._by_age.get(job.job_id)
-            if entry is not None and entry[0] == seq:
-                return
+        while heap and not self._is_live(heap[0]):
             heapq.heappop(heap)

@@ -54,7 +54,7 @@ class VLLMExecutor(Executor):
 
         if self.device == "cpu":
             # GiB of KV cache; the engine process reads it at start-up.
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{self._config.engine.cpu_kv_cache_gib:g}"
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self._config.engine.cpu_kv_cache_gib)
         elif self.device.startswith("cuda:"):
             os.environ["CUDA_VISIBLE_DEVICES"] = self.device.split(":", 1)[1]
         self._engine = AsyncLLM.from_engine_args(self._engine_args())

@@ -25,9 +25,13 @@ class _SchedulerCollector(Collector):
                                 value=len(sched.waiting))
         running = GaugeMetricFamily("lengthwise_running_jobs", "Jobs admitted to an executor",
                                     labels=["executor"])
+        limit = GaugeMetricFamily("lengthwise_max_running", "Admission cap per executor "
+                                  "(scheduler.max_running)", labels=["executor"])
         for ex in sched.executors:
             running.add_metric([ex.name], len(ex.running))
+            limit.add_metric([ex.name], ex.max_running)
         yield running
+        yield limit
         counters = {
             "jobs_started": "Dispatches to an executor, resumes included",
             "jobs_finished": "Jobs that ended normally", "jobs_aborted": "Jobs aborted",

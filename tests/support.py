@@ -1,0 +1,104 @@
+"""Helpers for tests that run the real daemon as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOLLM2 = ROOT / "models" / "smollm2-135m-instruct"
+TINY = ROOT / "models" / "tiny-llama"
+LENGTHWISE = Path(sys.executable).parent / "lengthwise"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def config_text(model: Path, port: int, *, engine_kind: str = "vllm", max_running: int = 4,
+                max_num_seqs: int = 4, drain_timeout_s: float = 30.0, policy: str = "fcfs",
+                extra: str = "") -> str:
+    return f"""
+[server]
+port = {port}
+[model]
+path = "{model}"
+max_model_len = 2048
+[engine]
+kind = "{engine_kind}"
+max_num_seqs = {max_num_seqs}
+cpu_kv_cache_gib = 1
+[scheduler]
+policy = "{policy}"
+max_running = {max_running}
+[limits]
+drain_timeout_s = {drain_timeout_s}
+{extra}
+"""
+
+
+class DaemonProcess:
+    """`lengthwise serve` in a subprocess, with its log in a file for post-mortems."""
+
+    def __init__(self, config_path: Path, log_path: Path, env: dict[str, str] | None = None):
+        self.config_path = config_path
+        self.log_path = log_path
+        text = config_path.read_text()
+        self.port = int(text.split("port = ", 1)[1].split()[0])
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [str(LENGTHWISE), "serve", "--config", str(config_path)],
+            stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        )
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"daemon not ready after {timeout_s} s:\n{self.log()}")
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def metric(self, name: str, labels: str = "") -> float:
+        """Sum of a metric's samples whose line starts with name{labels."""
+        text = httpx.get(self.base_url + "/metrics", timeout=5).text
+        total, prefix = 0.0, name + ("{" + labels if labels else "")
+        for line in text.splitlines():
+            if line.startswith(prefix) and (line[len(name)] in " {"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total

@@ -67,10 +67,16 @@ class EngineConfig(_Section):
 
 
 class AgingConfig(_Section):
-    # A job that has waited this many seconds is promoted ahead of every non-promoted job
-    # (FCFS among promoted jobs): this bounds every wait whatever the policy prefers.
+    # A job that has waited this many seconds in total (all its waits: first, and after
+    # each preemption or slice) is promoted ahead of every non-promoted job, longest wait
+    # first, and is no longer preempted: this bounds every wait whatever the policy prefers.
     promote_after_s: float = 60.0
     enabled: bool = True
+    # Count the policy's predicted remaining service time as time already waited (length-
+    # aware policies give it; FCFS and SCLS give 0): a job is promoted once waiting longer
+    # would finish it more than promote_after_s after it began waiting, which protects
+    # long jobs, the p99 of JCT (least slack first). False: waiting time alone counts.
+    credit_service: bool = True
 
 
 class SchedulerConfig(_Section):
@@ -184,8 +190,10 @@ RESTART_ONLY = ("server", "model", "engine")
 def decode(text: str | bytes, source: str = "<config>") -> Config:
     try:
         config = msgspec.toml.decode(text, type=Config)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except msgspec.ValidationError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{source}: malformed TOML: {exc}") from None
     validate(config, source)
     return config
 

@@ -8,15 +8,22 @@ import time
 
 
 def notify(*assignments: str) -> bool:
-    """Send e.g. notify("READY=1"); False when not run under systemd (no socket)."""
+    """Send e.g. notify("READY=1"); False when not sent (no systemd, or its queue is full).
+
+    Called from the event loop, so it never blocks: a full socket queue drops the message
+    (systemd reads promptly; a missed WATCHDOG=1 is repeated at the next interval).
+    """
     address = os.environ.get("NOTIFY_SOCKET")
     if not address:
         return False
     if address.startswith("@"):  # abstract namespace
         address = "\0" + address[1:]
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
-        sock.connect(address)
-        sock.sendall("\n".join(assignments).encode())
+        try:
+            sock.connect(address)
+            sock.send("\n".join(assignments).encode(), socket.MSG_DONTWAIT)
+        except (BlockingIOError, ConnectionRefusedError, FileNotFoundError):
+            return False
     return True
 
 

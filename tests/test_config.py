@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from daemon import config
+from daemon.config import Config, ConfigError
+
+SHIPPED = Path(__file__).resolve().parents[1] / "etc" / "lengthwise.toml"
+
+
+def _undocumented(node: msgspec.Struct, table: str, text: str) -> list[str]:
+    missing = []
+    for field in msgspec.structs.fields(type(node)):
+        value = getattr(node, field.name)
+        name = f"{table}.{field.name}".lstrip(".")
+        if isinstance(value, msgspec.Struct):
+            if f"[{name}]" not in text and f"[{name}." not in text:
+                missing.append(f"[{name}]")
+            missing += _undocumented(value, name, text)
+        elif f"\n{field.name} = " not in text:
+            missing.append(name)
+    return missing
+
+
+def test_shipped_file_is_valid_and_documents_every_key() -> None:
+    loaded = config.load(SHIPPED)
+    assert loaded == Config()  # the file shows the defaults
+    assert _undocumented(Config(), "", SHIPPED.read_text()) == []
+
+
+@pytest.mark.parametrize(("text", "names"), [
+    ("[server]\nprot = 8000\n", "prot"),
+    ("[scheduler]\nmax_running = 'four'\n", "$.scheduler.max_running"),
+    ("[nonsense]\n", "nonsense"),
+    ("[scheduler]\npolicy = 'lifo'\n", "scheduler.policy"),
+    ("[scheduler]\nmax_running = 9\n", "scheduler.max_running"),
+    ("[engine]\ncpu_kv_cache_gib = 0\n", "engine.cpu_kv_cache_gib"),
+    ("[server\n", "malformed TOML"),
+])
+def test_bad_files_name_the_key(text: str, names: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config.decode(text, "test.toml")
+    assert names in str(info.value)
+    assert "test.toml" in str(info.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        config.load(tmp_path / "absent.toml")
+
+
+def test_restart_only_changes_are_named() -> None:
+    old = Config()
+    new = config.decode("[server]\nport = 9000\n[scheduler]\nmax_running = 2\n")
+    assert config.restart_only_changes(old, new) == ["server"]
+
+
+def test_tree_is_frozen() -> None:
+    with pytest.raises(AttributeError):
+        Config().scheduler.max_running = 3  # type: ignore[misc]

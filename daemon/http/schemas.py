@@ -99,7 +99,7 @@ class ChatChunkChoice(msgspec.Struct):
     logprobs: None = None
 
 
-class ChatCompletionChunk(msgspec.Struct, omit_defaults=True):
+class ChatCompletionChunk(msgspec.Struct):
     id: str
     created: int
     model: str
@@ -115,7 +115,7 @@ class CompletionChoice(msgspec.Struct):
     logprobs: None = None
 
 
-class Completion(msgspec.Struct, omit_defaults=True):
+class Completion(msgspec.Struct):
     id: str
     created: int
     model: str

@@ -1,0 +1,143 @@
+"""The HTTP layer in-process (ASGI) on the simulated executor: shapes, errors, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig, ServerConfig
+from daemon.http.app import build_app
+from daemon.service import Service
+
+MODEL = "smollm2-135m-instruct"
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+@pytest_asyncio.fixture
+async def client(smollm2_model: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
+    config = Config(server=ServerConfig(max_body_bytes=20_000),
+                    model=ModelConfig(path=str(smollm2_model), max_model_len=512),
+                    engine=EngineConfig(kind="sim", max_num_seqs=2),
+                    scheduler=SchedulerConfig(max_running=2, max_waiting=2))
+    service = await Service.create(config)
+    app = build_app(service)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        yield http, service
+    await service.shutdown()
+
+
+def _events(body: str) -> list[str]:
+    return [line.removeprefix("data: ") for line in body.split("\n\n") if line]
+
+
+@pytest.mark.asyncio
+async def test_not_ready_until_engines_start(client: tuple[httpx.AsyncClient, Service]) -> None:
+    http, service = client
+    assert (await http.get("/health")).status_code == 503
+    response = await http.post("/v1/chat/completions", json={"model": MODEL, "messages": HELLO})
+    assert response.status_code == 503
+    assert response.json()["error"]["type"] == "server_error"
+    await service.start()
+    assert (await http.get("/health")).json() == {"status": "ok"}
+
+
+@pytest.mark.asyncio
+async def test_chat_stream_shape(client: tuple[httpx.AsyncClient, Service]) -> None:
+    http, service = client
+    await service.start()
+    response = await http.post("/v1/chat/completions", json={
+        "model": MODEL, "messages": HELLO, "max_tokens": 5, "stream": True, "ignore_eos": True,
+        "stream_options": {"include_usage": True}})
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = _events(response.text)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert sum(1 for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")) == 5
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
+    assert response.headers["x-request-id"] == chunks[0]["id"]
+
+
+@pytest.mark.asyncio
+async def test_completion_accepts_token_ids(client: tuple[httpx.AsyncClient, Service]) -> None:
+    http, service = client
+    await service.start()
+    response = await http.post("/v1/completions", json={
+        "model": MODEL, "prompt": [1, 2, 3], "max_tokens": 4, "ignore_eos": True})
+    body = response.json()
+    assert body["object"] == "text_completion"
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    bad = await http.post("/v1/completions", json={"model": MODEL, "prompt": [1, 10**9]})
+    assert bad.status_code == 400 and "token ids" in bad.json()["error"]["message"]
+    batch = await http.post("/v1/completions", json={"model": MODEL, "prompt": ["a", "b"]})
+    assert batch.status_code == 400
+
+
+@pytest.mark.asyncio
+async def test_limits_413_and_429(client: tuple[httpx.AsyncClient, Service]) -> None:
+    http, service = client
+    await service.start()
+    big = {"model": MODEL, "messages": [{"role": "user", "content": "x" * 30_000}]}
+    response = await http.post("/v1/chat/completions", json=big)
+    assert response.status_code == 413
+    # Fill 2 slots and 2 waiting places, then one more is refused with 429.
+    for _ in range(2):
+        service.scheduler.submit(service.new_job([1, 2], _long(), 0, "fill"))
+    while service.scheduler.num_running < 2:
+        await asyncio.sleep(0.001)
+    for _ in range(2):
+        service.scheduler.submit(service.new_job([1, 2], _long(), 0, "fill"))
+    response = await http.post("/v1/chat/completions", json={"model": MODEL, "messages": HELLO})
+    assert response.status_code == 429
+    assert response.json()["error"]["type"] == "rate_limit_error"
+    await service.scheduler.abort_all(timeout_s=5)
+
+
+def _long():  # type: ignore[no-untyped-def]
+    from daemon.core.job import SamplingSpec
+
+    return SamplingSpec(max_tokens=400, ignore_eos=True)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("body", "param"), [
+    ({"model": MODEL, "messages": HELLO, "top_p": 0}, "top_p"),
+    ({"model": MODEL, "messages": HELLO, "temperature": 3}, "temperature"),
+    ({"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+    ({"model": MODEL, "messages": HELLO, "max_completion_tokens": 600}, "max_tokens"),
+    ({"model": MODEL, "messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+     "messages[0].content"),
+])
+async def test_bad_fields_name_the_param(client: tuple[httpx.AsyncClient, Service],
+                                         body: dict[str, object], param: str) -> None:
+    http, service = client
+    await service.start()
+    response = await http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == param
+
+
+@pytest.mark.asyncio
+async def test_metrics_count_tokens_and_latencies(
+        client: tuple[httpx.AsyncClient, Service]) -> None:
+    http, service = client
+    await service.start()
+    for _ in range(3):
+        await http.post("/v1/chat/completions", json={"model": MODEL, "messages": HELLO,
+                                                      "max_tokens": 7, "ignore_eos": True})
+    await http.post("/v1/chat/completions", content=b"{")
+    text = (await http.get("/metrics")).text
+    assert 'lengthwise_tokens_generated_total{executor="sim0"} 21.0' in text
+    assert 'lengthwise_jct_seconds_count{executor="sim0"} 3.0' in text
+    assert 'lengthwise_http_errors_total{status="400",type="invalid_request_error"} 1.0' in text
+    assert "lengthwise_queue_depth 0.0" in text

@@ -72,11 +72,6 @@ class AgingConfig(_Section):
     # first, and is no longer preempted: this bounds every wait whatever the policy prefers.
     promote_after_s: float = 60.0
     enabled: bool = True
-    # Count the policy's predicted remaining service time as time already waited (length-
-    # aware policies give it; FCFS and SCLS give 0): a job is promoted once waiting longer
-    # would finish it more than promote_after_s after it began waiting, which protects
-    # long jobs, the p99 of JCT (least slack first). False: waiting time alone counts.
-    credit_service: bool = True
 
 
 class SchedulerConfig(_Section):
@@ -168,6 +163,25 @@ class SimConfig(_Section):
     vocab_size: int = 49152
 
 
+class PredictorConfig(_Section):
+    # Folder of a trained predictor (`lengthwise predictor train --out DIR`); "" = the small
+    # proxy shipped with lengthwise; "none" = no prediction (every job gets the fallback).
+    path: str = ""
+    # Seconds a request waits for its prediction before it gets the fallback estimate.
+    timeout_s: float = 0.5
+    # Most requests predicted in one model call.
+    max_batch: int = 32
+    # Estimate (output tokens) used before any completion was observed, when prediction
+    # is off, fails or is late; afterwards the mean of observed lengths is used.
+    fallback_tokens: float = 256.0
+    # Torch threads for the predictor; the engines need the other cores.
+    threads: int = 1
+    # Seconds between saves of online state (the retrieval index).
+    save_interval_s: float = 60.0
+    # JSONL file of natural completions in the predictor's record shape; "" = off.
+    request_log: str = ""
+
+
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -180,11 +194,12 @@ class Config(_Section):
     policies: PoliciesConfig = msgspec.field(default_factory=PoliciesConfig)
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     sim: SimConfig = msgspec.field(default_factory=SimConfig)
+    predictor: PredictorConfig = msgspec.field(default_factory=PredictorConfig)
     log: LogConfig = msgspec.field(default_factory=LogConfig)
 
 
 # Sections a running daemon cannot change; a reload that changes them keeps the old ones.
-RESTART_ONLY = ("server", "model", "engine")
+RESTART_ONLY = ("server", "model", "engine", "predictor")
 
 
 def decode(text: str | bytes, source: str = "<config>") -> Config:
@@ -211,6 +226,9 @@ def validate(config: Config, source: str) -> None:
     problems = []
     if not 0 < config.server.port < 65536:
         problems.append("server.port must be in 1..65535")
+    pred = config.predictor
+    if pred.timeout_s <= 0 or pred.max_batch < 1 or pred.threads < 1:
+        problems.append("predictor.timeout_s must be > 0, max_batch and threads >= 1")
     if config.engine.cpu_kv_cache_gib < 1:
         problems.append("engine.cpu_kv_cache_gib must be >= 1")
     if config.engine.max_num_seqs < 1:

@@ -12,6 +12,7 @@ from daemon.config import Config
 from daemon.core.job import Job, SamplingSpec
 from daemon.core.scheduler import Scheduler
 from daemon.executors.base import Executor
+from daemon.prediction import Predictions
 from daemon.tokenizer import Tokenizer
 from policies import registry
 
@@ -44,8 +45,10 @@ class Service:
         self.tokenizer = tokenizer
         self.executors = executors
         self.max_model_len = model_context_len(config)
-        self.scheduler = Scheduler(executors, registry.create(config.scheduler.policy),
+        self.scheduler = Scheduler(executors, registry.create(config.scheduler.policy, config),
                                    config.scheduler)
+        self.predictions = Predictions(config.predictor, tokenizer.decode)
+        self.scheduler.on_job_end.append(self.predictions.on_job_end)
         self.ready = False
         self._scheduler_task: asyncio.Task[None] | None = None
 
@@ -55,9 +58,12 @@ class Service:
         return cls(config, tokenizer, build_executors(config))
 
     async def start(self) -> None:
-        """Start and warm every engine, then open the scheduler for requests."""
-        await asyncio.wait_for(asyncio.gather(*(ex.start() for ex in self.executors)),
+        """Start and warm every engine and load the predictor, then open for requests."""
+        await asyncio.wait_for(asyncio.gather(self.predictions.load(),
+                                              *(ex.start() for ex in self.executors)),
                                self.config.engine.startup_timeout_s)
+        if self.predictions.predictor is not None:
+            self.scheduler.remaining_predictor = self.predictions.remaining
         self._scheduler_task = asyncio.create_task(self.scheduler.run(), name="scheduler")
         self.scheduler.accepting = True
         self.ready = True
@@ -69,11 +75,13 @@ class Service:
 
     def apply(self, config: Config) -> None:
         """Adopt a reloaded tree whose restart-only sections equal the running ones."""
-        self.scheduler.reconfigure(config.scheduler, registry.create(config.scheduler.policy))
+        self.scheduler.reconfigure(config.scheduler,
+                                   registry.create(config.scheduler.policy, config))
         self.config = config
 
     async def shutdown(self) -> None:
         self.ready = False
+        await self.predictions.close()
         if self._scheduler_task is not None:
             self._scheduler_task.cancel()
             await asyncio.gather(self._scheduler_task, return_exceptions=True)

@@ -28,6 +28,9 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False))
 
+    def decode(self, token_ids: list[int]) -> str:
+        return str(self._tok.decode(token_ids, skip_special_tokens=True))
+
     @property
     def vocab_size(self) -> int:
         return len(self._tok)

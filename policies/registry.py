@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+from daemon.config import Config
 from daemon.core.policy import Policy
+from policies.alise import ALISE
 from policies.fcfs import FCFS
+from policies.isrtf import ISRTF, OracleSRPT
+from policies.scls import SCLS
+from policies.ssjf import SSJF, OracleSJF
 
-_POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (FCFS,)}
+_POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (FCFS, SSJF, ISRTF, ALISE, SCLS, OracleSJF, OracleSRPT)}
 
 
 def names() -> list[str]:
     return sorted(_POLICIES)
 
 
-def create(name: str) -> Policy:
+def create(name: str, config: Config | None = None) -> Policy:
+    """A fresh policy; its parameters come from `config` ([policies.*], [sim] for the cost
+    model, [scheduler] for the batch size), or the defaults when config is None."""
     try:
-        return _POLICIES[name]()
+        cls = _POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; known: {names()}") from None
+    from_config = getattr(cls, "from_config", None)
+    return from_config(config or Config()) if from_config is not None else cls()

@@ -77,6 +77,7 @@ class Job:
     status: JobStatus = JobStatus.WAITING
     generated_token_ids: list[int] = field(default_factory=list)
     enqueue_time: float = 0.0  # when it last entered the waiting set
+    waited_s: float = 0.0  # seconds waited in all earlier waits (preemptions, slices)
     first_token_time: float | None = None
     finish_time: float | None = None
     finish_reason: str | None = None

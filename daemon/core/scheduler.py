@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from daemon.config import SchedulerConfig
 from daemon.core.job import Job, JobStatus, StopRequest
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
 from daemon.core.repredict import RemainingPredictor, Repredictor
+from daemon.core.stats import ExecutorStats
 from daemon.core.waitqueue import WaitQueue
 from daemon.executors.base import Executor, Outcome
 
@@ -32,19 +32,6 @@ class NotAccepting(Exception):
 
 class QueueFull(Exception):
     """Waiting set at scheduler.max_waiting: 429."""
-
-
-@dataclass(slots=True)
-class ExecutorStats:
-    """Counters per executor, read by /metrics at scrape time."""
-
-    jobs_started: int = 0  # dispatches, resumes included
-    jobs_finished: int = 0
-    jobs_aborted: int = 0
-    jobs_failed: int = 0
-    preemptions: int = 0
-    budget_yields: int = 0  # dispatches that ran out of their token budget (slices)
-    tokens_generated: int = 0
 
 
 JobListener = Callable[[Job], None]
@@ -152,9 +139,8 @@ class Scheduler:
             await self.repredictor.close()
 
     def _next_deadline(self) -> float | None:
-        times = [t for t in (self.waiting.promotion_due(), self._policy_wakeup)
-                 if t is not None and t > self.now()]
-        return min(times, default=None)
+        due = (self.waiting.promotion_due(), self._policy_wakeup)
+        return min((t for t in due if t is not None and t > self.now()), default=None)
 
     def dispatch(self) -> None:
         """One decision round: launch what fits, preempt what pays, let the policy review."""
@@ -185,6 +171,7 @@ class Scheduler:
 
     def _launch(self, job: Job, ex: Executor) -> None:
         job.status = JobStatus.RUNNING
+        job.waited_s += self.now() - job.enqueue_time
         job.estimated_wait_s = None
         self.stats[ex.name].jobs_started += 1
         job.on_checkpoint = self._on_checkpoint
@@ -195,13 +182,16 @@ class Scheduler:
 
     def _consider_preemption(self, ctx: DispatchContext) -> None:
         """Each waiting job in order may replace one running job, as long as the policy
-        says it pays; slots already being freed by earlier preemptions are counted."""
+        says it pays; slots already being freed by earlier preemptions are counted. Jobs
+        at the policy's preemption bound, or promoted by aging, are never victims."""
         limit = self.policy.max_preemptions
+        promoted = self.waiting.promote_after_s
         pending, eligible = 0, []
         for job in ctx.running_jobs():
             if job.stop_request == StopRequest.PREEMPT:
                 pending += 1
-            elif job.stop_request is None and (limit is None or job.num_preemptions < limit):
+            elif (job.stop_request is None and (limit is None or job.num_preemptions < limit)
+                  and (promoted is None or job.waited_s < promoted)):
                 eligible.append(job)
         if not eligible:
             return
@@ -226,7 +216,7 @@ class Scheduler:
         except Exception:  # a policy bug must not fail the job that is streaming
             log.exception("policy %s: checkpoint of %s failed", self.policy.name, job.job_id)
             return
-        job.checkpoint_tokens = None if mark is None else max(mark, job.num_generated_tokens + 1)
+        job.checkpoint_tokens = mark if mark is None else max(mark, job.num_generated_tokens + 1)
         if repredict:
             self.repredictor.request(job)
         self._wake.set()

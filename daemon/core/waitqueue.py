@@ -5,43 +5,52 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterator
+from typing import TypeVar, cast
 
 from daemon.core.job import Job
 
 OrderKey = Callable[[Job], float]
+_Entry = tuple[int, float, int, Job]  # (priority class, policy key, seq, job)
+_AgeEntry = tuple[float, int, Job]  # (when its wait clock started, seq, job)
+_T = TypeVar("_T", _Entry, _AgeEntry)
 
 
 class WaitQueue:
-    """A heap on (priority class, policy key) and an enqueue-ordered index for aging.
+    """A heap on (priority class, policy key) and a heap on total waiting time, for aging.
 
-    `pop` is O(log n): a job that has waited `promote_after_s` or longer goes first (oldest
-    first), otherwise the heap's best. Removal is lazy: heap entries of jobs that left are
-    skipped when they surface.
+    Aging counts a job's *total* wait: every interval it spent here, across preemptions and
+    slices, so a job that keeps being sent back cannot dodge promotion. A job whose total
+    wait reaches `promote_after_s` goes ahead of every non-promoted job, the longest wait
+    first; otherwise the policy heap's best goes. While a job waits, its wait clock started
+    at `enqueue_time - waited_s`, a fixed key: the age heap is never re-keyed.
+
+    `pop` is O(log n). Removal is lazy: entries of jobs that left (or were re-keyed, which
+    gives them a new seq) are skipped when they surface.
     """
 
     def __init__(self, order_key: OrderKey, promote_after_s: float | None) -> None:
         self._order_key = order_key
         self.promote_after_s = promote_after_s  # None disables aging
         self._seq = itertools.count()
-        self._heap: list[tuple[int, float, int, Job]] = []
-        self._by_age: dict[str, tuple[int, Job]] = {}  # insertion order = enqueue order
+        self._heap: list[_Entry] = []
+        self._ages: list[_AgeEntry] = []
+        self._live: dict[str, tuple[int, Job]] = {}  # job id -> (current seq, job)
 
     def __len__(self) -> int:
-        return len(self._by_age)
+        return len(self._live)
 
     def __contains__(self, job: Job) -> bool:
-        return job.job_id in self._by_age
+        return job.job_id in self._live
 
     def __iter__(self) -> Iterator[Job]:
-        return (job for _, job in self._by_age.values())
+        return (job for _, job in self._live.values())
 
     def push(self, job: Job) -> None:
-        seq = next(self._seq)
-        self._by_age[job.job_id] = (seq, job)
-        heapq.heappush(self._heap, (job.priority, self._order_key(job), seq, job))
+        self._add(job)
+        heapq.heappush(self._ages, (self.wait_started(job), self._live[job.job_id][0], job))
 
     def remove(self, job: Job) -> bool:
-        return self._by_age.pop(job.job_id, None) is not None
+        return self._live.pop(job.job_id, None) is not None
 
     def peek(self, now: float) -> Job | None:
         oldest = self.oldest_promoted(now)
@@ -50,66 +59,94 @@ class WaitQueue:
         self._drop_stale()
         return self._heap[0][3] if self._heap else None
 
-    def best(self, now: float, n: int) -> list[Job]:
-        """The first n jobs in dispatch order (promoted by age, then the heap); O(n log size)."""
-        out: list[Job] = []
-        if self.promote_after_s is not None:
-            for _, job in self._by_age.values():
-                if len(out) >= n or now - job.enqueue_time < self.promote_after_s:
-                    break
-                out.append(job)
-        taken = {job.job_id for job in out}
-        popped: list[tuple[int, float, int, Job]] = []
-        while self._heap and len(out) < n:
-            entry = heapq.heappop(self._heap)
-            if self._is_live(entry):
-                popped.append(entry)
-                if entry[3].job_id not in taken:
-                    out.append(entry[3])
-        for entry in popped:
-            heapq.heappush(self._heap, entry)
-        return out
-
-    def update(self, job: Job) -> None:
-        """Re-key one waiting job (its prediction changed); its place in age order stays."""
-        if job.job_id not in self._by_age:
-            return
-        seq = next(self._seq)
-        self._by_age[job.job_id] = (seq, job)  # same dict slot: enqueue order is kept
-        heapq.heappush(self._heap, (job.priority, self._order_key(job), seq, job))
-
-    def promotion_due(self) -> float | None:
-        """Loop time at which the oldest waiting job gets promoted; None if no aging or empty."""
-        if self.promote_after_s is None or not self._by_age:
-            return None
-        _, job = next(iter(self._by_age.values()))
-        return job.enqueue_time + self.promote_after_s
-
     def pop(self, now: float) -> Job | None:
         job = self.peek(now)
         if job is not None:
-            del self._by_age[job.job_id]
+            del self._live[job.job_id]
         return job
 
+    def best(self, now: float, n: int) -> list[Job]:
+        """The first n jobs in dispatch order (promoted by age, then the heap); O(n log size)."""
+        out = [age[2] for age in self._take(self._ages, n, lambda e: self._promoted(e, now))]
+        taken = {job.job_id for job in out}
+        for entry in self._take(self._heap, n, lambda e: True):
+            if len(out) < n and entry[3].job_id not in taken:
+                out.append(entry[3])
+        return out
+
+    def ranked(self) -> list[tuple[int, float, Job]]:
+        """(class, key, job) of every waiting job in heap order (aging aside); O(n log n)."""
+        return [(prio, key, job) for prio, key, _, job in sorted(
+            entry for entry in self._heap if self._is_live(entry[2], entry[3]))]
+
+    def update(self, job: Job) -> None:
+        """Re-key one waiting job (its prediction changed); its total wait is kept."""
+        if job.job_id in self._live:
+            self.push(job)
+
     def rekey(self, order_key: OrderKey) -> None:
-        """Adopt a new policy's order (reload); enqueue order and thus aging is kept."""
+        """Adopt a new policy's order (reload); total waits and thus aging are kept."""
         self._order_key = order_key
         self._heap = [(job.priority, order_key(job), seq, job)
-                      for seq, job in self._by_age.values()]
+                      for seq, job in self._live.values()]
         heapq.heapify(self._heap)
 
-    def oldest_promoted(self, now: float) -> Job | None:
-        """The longest-waiting job if it has waited promote_after_s or longer."""
-        if self.promote_after_s is None or not self._by_age:
+    def promotion_due(self) -> float | None:
+        """Loop time at which the longest-waiting job is (or was) promoted; None if no aging."""
+        self._drop_stale_ages()
+        if self.promote_after_s is None or not self._ages:
             return None
-        _, job = next(iter(self._by_age.values()))
-        return job if now - job.enqueue_time >= self.promote_after_s else None
+        return self._ages[0][0] + self.promote_after_s
 
-    def _is_live(self, entry: tuple[int, float, int, Job]) -> bool:
-        current = self._by_age.get(entry[3].job_id)
-        return current is not None and current[0] == entry[2]
+    def oldest_promoted(self, now: float) -> Job | None:
+        """The job with the longest total wait, if that wait is promote_after_s or more."""
+        self._drop_stale_ages()
+        if self._ages and self._promoted(self._ages[0], now):
+            return self._ages[0][2]
+        return None
+
+    @staticmethod
+    def wait_started(job: Job) -> float:
+        """Loop time at which the job's total wait would have started, had it been one."""
+        return job.enqueue_time - job.waited_s
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _add(self, job: Job) -> None:
+        seq = next(self._seq)
+        self._live[job.job_id] = (seq, job)
+        heapq.heappush(self._heap, (job.priority, self._order_key(job), seq, job))
+
+    def _promoted(self, age: _AgeEntry, now: float) -> bool:
+        return self.promote_after_s is not None and now - age[0] >= self.promote_after_s
+
+    def _is_live(self, seq: int, job: Job) -> bool:
+        current = self._live.get(job.job_id)
+        return current is not None and current[0] == seq
+
+    def _take(self, heap: list[_T], n: int, keep: Callable[[_T], bool]) -> list[_T]:
+        """Up to n live entries from the top of `heap` while `keep` holds; heap unchanged.
+        Both kinds of entry end with (seq, job)."""
+        popped: list[_T] = []
+        out: list[_T] = []
+        while heap and len(out) < n:
+            entry = heapq.heappop(heap)
+            if not self._is_live(cast(int, entry[-2]), cast(Job, entry[-1])):
+                continue
+            popped.append(entry)
+            if not keep(entry):
+                break
+            out.append(entry)
+        for entry in popped:
+            heapq.heappush(heap, entry)
+        return out
 
     def _drop_stale(self) -> None:
         heap = self._heap
-        while heap and not self._is_live(heap[0]):
+        while heap and not self._is_live(heap[0][2], heap[0][3]):
             heapq.heappop(heap)
+
+    def _drop_stale_ages(self) -> None:
+        ages = self._ages
+        while ages and not self._is_live(ages[0][1], ages[0][2]):
+            heapq.heappop(ages)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -10,14 +11,17 @@ from prometheus_client.registry import Collector
 
 from daemon.core.job import Job, JobStatus
 from daemon.core.scheduler import Scheduler
+from daemon.prediction import Predictions
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_RATIO_BUCKETS = (-4, -3, -2, -1, -0.5, -0.25, 0, 0.25, 0.5, 1, 2, 3, 4)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1)
 
 
 class _SchedulerCollector(Collector):
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Scheduler, predictions: Predictions) -> None:
         self._scheduler = scheduler
+        self._predictions = predictions
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         sched = self._scheduler
@@ -44,12 +48,18 @@ class _SchedulerCollector(Collector):
             for name, stats in sched.stats.items():
                 family.add_metric([name], getattr(stats, field))
             yield family
+        pstats = self._predictions.stats
+        yield CounterMetricFamily("lengthwise_predictions", "Output-length predictions made",
+                                  value=pstats.predictions)
+        yield CounterMetricFamily("lengthwise_prediction_fallbacks", "Jobs that got the "
+                                  "fallback estimate (predictor failed or was late)",
+                                  value=pstats.fallbacks)
 
 
 class Metrics:
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Scheduler, predictions: Predictions) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(_SchedulerCollector(scheduler))
+        self.registry.register(_SchedulerCollector(scheduler, predictions))
         self.ttft = Histogram("lengthwise_ttft_seconds", "Arrival to first token",
                               ["executor"], buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.tpot = Histogram("lengthwise_tpot_seconds", "Mean time per output token after the "
@@ -58,7 +68,16 @@ class Metrics:
                              buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.http_errors = Counter("lengthwise_http_errors", "Requests refused with an error",
                                    ["status", "type"], registry=self.registry)
+        self.prediction_s = Histogram("lengthwise_prediction_batch_seconds", "Time of one "
+                                      "predictor call (a micro-batch)", buckets=_TPOT_BUCKETS,
+                                      registry=self.registry)
+        # log2(predicted / actual) for jobs that ended by themselves: 0 is perfect, +1 means
+        # predicted twice too long; cut jobs (max_tokens) have no true length to compare.
+        self.prediction_error = Histogram("lengthwise_prediction_log2_ratio",
+                                          "log2(predicted / actual output tokens)",
+                                          buckets=_RATIO_BUCKETS, registry=self.registry)
         scheduler.on_job_end.append(self.observe_job)
+        predictions.on_batch.append(lambda size, seconds: self.prediction_s.observe(seconds))
 
     def observe_job(self, job: Job) -> None:
         if job.status != JobStatus.FINISHED or job.first_token_time is None:
@@ -67,6 +86,9 @@ class Metrics:
         assert job.finish_time is not None
         self.ttft.labels(executor).observe(job.first_token_time - job.arrival_time)
         self.jct.labels(executor).observe(job.finish_time - job.arrival_time)
+        if job.finish_reason == "stop" and job.predicted_output_tokens is not None:
+            ratio = job.predicted_output_tokens / max(job.num_generated_tokens, 1)
+            self.prediction_error.observe(math.log2(max(ratio, 1e-6)))
         if job.num_generated_tokens > 1:
             decode_s = job.finish_time - job.first_token_time
             self.tpot.labels(executor).observe(decode_s / (job.num_generated_tokens - 1))

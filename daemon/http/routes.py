@@ -66,14 +66,15 @@ class Routes:
         if name != served:
             raise translate.unknown_model(name, served)
 
-    def _admit(self, req: SamplingFields, prompt: list[int], requested_max: int | None,
-               prefix: str) -> Job:
+    async def _admit(self, req: SamplingFields, prompt: list[int], requested_max: int | None,
+                     prefix: str, messages: list[dict[str, str]]) -> Job:
         svc = self.service
         if not svc.ready:
             raise ApiError(503, "the server is starting; retry shortly", "server_error")
         sampling = translate.sampling_spec(req, requested_max, len(prompt), svc.max_model_len,
                                            svc.config.limits)
         job = svc.new_job(prompt, sampling, req.priority, prefix)
+        job.predicted_output_tokens = await svc.predictions.predict(job, messages)
         try:
             svc.scheduler.submit(job)
         except NotAccepting as exc:
@@ -123,7 +124,7 @@ class Routes:
             raise translate.bad_request(str(exc), "messages") from None
         requested = req.max_completion_tokens if req.max_completion_tokens is not None \
             else req.max_tokens
-        job = self._admit(req, prompt, requested, "chatcmpl")
+        job = await self._admit(req, prompt, requested, "chatcmpl", messages)
         if req.stream:
             return StreamingResponse(self._chat_stream(job, req), media_type="text/event-stream",
                                      headers={**_SSE_HEADERS, **self._headers(job)})
@@ -162,11 +163,14 @@ class Routes:
         assert isinstance(req, CompletionRequest)
         self._check_model(req.model)
         prompt = translate.completion_prompt(req)
+        tokenizer = self.service.tokenizer
         if isinstance(prompt, str):
-            prompt = await asyncio.to_thread(self.service.tokenizer.encode, prompt)
+            text, prompt = prompt, await asyncio.to_thread(tokenizer.encode, prompt)
         else:
-            translate.check_vocab(prompt, self.service.tokenizer.vocab_size)
-        job = self._admit(req, prompt, req.max_tokens, "cmpl")
+            translate.check_vocab(prompt, tokenizer.vocab_size)
+            text = await asyncio.to_thread(tokenizer.decode, prompt)
+        job = await self._admit(req, prompt, req.max_tokens, "cmpl",
+                                [{"role": "user", "content": text}])
         if req.stream:
             return StreamingResponse(self._completion_stream(job, req),
                                      media_type="text/event-stream",

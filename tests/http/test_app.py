@@ -11,7 +11,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig, ServerConfig
+from daemon.config import (Config, EngineConfig, ModelConfig, PredictorConfig, SchedulerConfig,
+                           ServerConfig)
 from daemon.http.app import build_app
 from daemon.service import Service
 
@@ -19,13 +20,18 @@ MODEL = "smollm2-135m-instruct"
 HELLO = [{"role": "user", "content": "hello"}]
 
 
+def _config(model: Path, predictor: PredictorConfig | None = None) -> Config:
+    return Config(server=ServerConfig(max_body_bytes=20_000),
+                  model=ModelConfig(path=str(model), max_model_len=512),
+                  engine=EngineConfig(kind="sim", max_num_seqs=2),
+                  scheduler=SchedulerConfig(max_running=2, max_waiting=2),
+                  predictor=predictor or PredictorConfig())
+
+
 @pytest_asyncio.fixture
-async def client(smollm2_model: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
-    config = Config(server=ServerConfig(max_body_bytes=20_000),
-                    model=ModelConfig(path=str(smollm2_model), max_model_len=512),
-                    engine=EngineConfig(kind="sim", max_num_seqs=2),
-                    scheduler=SchedulerConfig(max_running=2, max_waiting=2))
-    service = await Service.create(config)
+async def client(smollm2_model: Path, request: pytest.FixtureRequest,
+                 ) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
+    service = await Service.create(_config(smollm2_model, getattr(request, "param", None)))
     app = build_app(service)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
@@ -65,6 +71,7 @@ async def test_chat_stream_shape(client: tuple[httpx.AsyncClient, Service]) -> N
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
     assert response.headers["x-request-id"] == chunks[0]["id"]
+    assert float(response.headers["x-lengthwise-predicted-tokens"]) >= 1
 
 
 @pytest.mark.asyncio
@@ -141,3 +148,17 @@ async def test_metrics_count_tokens_and_latencies(
     assert 'lengthwise_jct_seconds_count{executor="sim0"} 3.0' in text
     assert 'lengthwise_http_errors_total{status="400",type="invalid_request_error"} 1.0' in text
     assert "lengthwise_queue_depth 0.0" in text
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("client", [PredictorConfig(timeout_s=1e-9, fallback_tokens=77.0)],
+                         indirect=True)
+async def test_a_late_prediction_gets_the_fallback(
+        client: tuple[httpx.AsyncClient, Service]) -> None:
+    http, service = client
+    await service.start()
+    response = await http.post("/v1/chat/completions", json={"model": MODEL, "messages": HELLO,
+                                                              "max_tokens": 3})
+    assert response.status_code == 200
+    assert response.headers["x-lengthwise-predicted-tokens"] == "77"
+    assert "lengthwise_prediction_fallbacks_total 1.0" in (await http.get("/metrics")).text

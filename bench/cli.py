@@ -1,0 +1,70 @@
+"""`lengthwise bench run|compare`; also `python -m bench.cli run|compare ...`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench import workload
+
+
+def add_client_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--natural", action="store_true",
+                   help="let the model stop by itself (default: force each output length)")
+    p.add_argument("--slo-ttft", type=float, default=None, help="goodput SLO on TTFT, s")
+    p.add_argument("--slo-tpot", type=float, default=None, help="goodput SLO on TPOT, s")
+
+
+def _run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("run", help="drive one OpenAI-compatible server, print metrics")
+    p.add_argument("--target", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", default="", help="model name to send (default: the server's)")
+    p.add_argument("--priority", choices=("none", "length"), default="none",
+                   help="length: send the true output length as the request priority")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--requests-out", type=Path, help="write per-request results (JSONL)")
+    add_client_arguments(p)
+    workload.add_arguments(p)
+    p.set_defaults(func=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from bench import client, metrics
+
+    requests = workload.build(workload.spec_from_args(args))
+    opts = client.ClientOptions(model=args.model, natural=args.natural,
+                                priority=args.priority, max_model_len=args.max_model_len)
+    results = client.run(args.target, requests, opts, progress=not args.json)
+    summary = metrics.summarize(results, args.slo_ttft, args.slo_tpot)
+    if args.requests_out:
+        args.requests_out.write_bytes(b"\n".join(msgspec.json.encode(r) for r in results))
+    if args.json:
+        print(metrics.to_json(summary))
+    else:
+        for key, value in msgspec.structs.asdict(summary).items():
+            print(f"{key:>16}: {value:.4g}" if isinstance(value, float) else
+                  f"{key:>16}: {value}")
+        for r in results:
+            if not r.ok:
+                print(f"request {r.index} failed: {r.error}", file=sys.stderr)
+                break
+    return 0 if summary.n_completed else 1
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lengthwise bench",
+                                     description="benchmarks against OpenAI-compatible servers")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _run_parser(sub)
+    from bench.compare import add_parser as add_compare
+
+    add_compare(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,95 @@
+"""Per-request results and the summary every bench command prints (`bench run`, `sim`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import msgspec
+import numpy as np
+
+
+class RequestResult(msgspec.Struct, kw_only=True):
+    index: int
+    arrival_s: float  # scheduled arrival, seconds from the run's start
+    prompt_tokens: int
+    output_tokens: int  # tokens actually received
+    ok: bool
+    ttft_s: float = math.nan  # arrival -> first output token
+    jct_s: float = math.nan  # arrival -> last output token
+    error: str = ""
+
+    @property
+    def finish_s(self) -> float:
+        return self.arrival_s + self.jct_s
+
+    @property
+    def tpot_s(self) -> float:
+        """Mean time between output tokens after the first; nan for one-token answers."""
+        if self.output_tokens < 2:
+            return math.nan
+        return (self.jct_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+class Summary(msgspec.Struct, kw_only=True):
+    """Exactly the fields of the issue; seconds, requests/s and tokens/s."""
+
+    n_completed: int
+    n_failed: int
+    mean_jct: float
+    p50_jct: float
+    p95_jct: float
+    p99_jct: float
+    mean_ttft: float
+    p99_ttft: float
+    mean_tpot: float
+    throughput_rps: float
+    throughput_tps: float
+    norm_latency: float  # mean over requests of JCT / output tokens (s/token)
+    goodput_rps: float  # completed requests meeting both SLOs, per second
+
+
+def _mean(values: Sequence[float]) -> float:
+    clean = [v for v in values if not math.isnan(v)]
+    return float(np.mean(clean)) if clean else math.nan
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    clean = [v for v in values if not math.isnan(v)]
+    return float(np.percentile(clean, q)) if clean else math.nan
+
+
+def meets_slo(r: RequestResult, slo_ttft: float | None, slo_tpot: float | None) -> bool:
+    if slo_ttft is not None and not r.ttft_s <= slo_ttft:
+        return False
+    tpot = r.tpot_s
+    return slo_tpot is None or math.isnan(tpot) or tpot <= slo_tpot
+
+
+def summarize(results: Sequence[RequestResult], slo_ttft: float | None = None,
+              slo_tpot: float | None = None) -> Summary:
+    """Throughputs are over the makespan: first scheduled arrival to last completion."""
+    done = [r for r in results if r.ok]
+    jct = [r.jct_s for r in done]
+    start = min((r.arrival_s for r in results), default=0.0)
+    end = max((r.finish_s for r in done), default=start)
+    span = end - start
+    per_s = (lambda n: n / span) if span > 0 else (lambda n: math.nan)
+    good = sum(1 for r in done if meets_slo(r, slo_ttft, slo_tpot))
+    return Summary(
+        n_completed=len(done), n_failed=len(results) - len(done),
+        mean_jct=_mean(jct), p50_jct=_pct(jct, 50), p95_jct=_pct(jct, 95),
+        p99_jct=_pct(jct, 99), mean_ttft=_mean([r.ttft_s for r in done]),
+        p99_ttft=_pct([r.ttft_s for r in done], 99), mean_tpot=_mean([r.tpot_s for r in done]),
+        throughput_rps=per_s(len(done)),
+        throughput_tps=per_s(sum(r.output_tokens for r in done)),
+        norm_latency=_mean([r.jct_s / r.output_tokens for r in done if r.output_tokens > 0]),
+        goodput_rps=per_s(good),
+    )
+
+
+def to_json(summary: Summary) -> str:
+    """NaN (no data) becomes null: strict JSON readers refuse NaN."""
+    fields = {k: (None if isinstance(v, float) and math.isnan(v) else v)
+              for k, v in msgspec.structs.asdict(summary).items()}
+    return msgspec.json.encode(fields).decode()

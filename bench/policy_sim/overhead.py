@@ -1,0 +1,73 @@
+"""Scheduler overhead per decision round with about 1,000 jobs waiting.
+
+A burst of `waiting + slots + extra` jobs arrives at t=0; every decision round (the core's
+`dispatch`: launches, preemption check, the policy's review/planning) is timed in wall
+time until fewer than `waiting` jobs wait. Virtual time: only the Python work is measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from bench.policy_sim.run import SimSetup, _job, _time_rounds, make_config
+from bench.policy_sim.workload import Request, WorkloadSpec, make_workload
+from daemon.core.scheduler import Scheduler
+from daemon.executors.base import Executor
+from daemon.executors.sim import SimExecutor
+from daemon.executors.virtualclock import VirtualClockLoop
+from policies import registry
+from policies.costmodel import CostModel
+
+
+@dataclass(frozen=True, slots=True)
+class Overhead:
+    policy: str
+    rounds: int
+    mean_us: float
+    p50_us: float
+    p99_us: float
+    max_us: float
+    submit_us: float  # mean cost of one submit (enqueue) into a 1,000-deep queue
+
+
+def measure_overhead(policy: str, setup: SimSetup, spec: WorkloadSpec,
+                     waiting: int = 1000, extra: int = 60) -> Overhead:
+    burst = replace(spec, num=waiting + setup.executors * setup.max_running + extra)
+    requests = [replace(r, arrival_s=0.0) for r in make_workload(
+        burst, CostModel.from_sim(setup.sim), setup.executors, setup.max_running)]
+    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
+        return runner.run(_measure(policy, requests, setup, waiting))
+
+
+async def _measure(policy: str, requests: list[Request], setup: SimSetup,
+                   waiting: int) -> Overhead:
+    config = make_config(policy, setup)
+    exs: list[Executor] = [SimExecutor(f"sim{i}", setup.max_running, setup.sim)
+                           for i in range(setup.executors)]
+    for ex in exs:
+        await ex.start()
+    sched = Scheduler(exs, registry.create(policy, config), config.scheduler)
+    sched.accepting = True
+    rounds = _time_rounds(sched)
+    jobs = [_job(i, r) for i, r in enumerate(requests)]
+    t0 = time.perf_counter()
+    for job in jobs:
+        sched.submit(job)
+    submit_us = (time.perf_counter() - t0) / len(jobs) * 1e6
+    runner = asyncio.create_task(sched.run())
+    try:
+        while len(sched.waiting) >= waiting:
+            await asyncio.sleep(0.05)
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        await sched.abort_all(1.0)
+        for ex in exs:
+            await ex.shutdown()
+    us = np.array([s for n, s in rounds if n >= waiting]) * 1e6
+    return Overhead(policy, len(us), float(us.mean()), float(np.percentile(us, 50)),
+                    float(np.percentile(us, 99)), float(us.max()), submit_us)

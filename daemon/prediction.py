@@ -1,0 +1,172 @@
+"""Output-length prediction for the daemon: off the event loop, micro-batched, never fatal.
+
+One worker thread runs the predictor (torch releases the GIL while it computes). Requests
+that arrive while a batch runs form the next batch, up to `max_batch`. A prediction that
+fails or misses its deadline gives the job the fallback estimate (the running mean of
+observed lengths) and counts in /metrics; no request waits longer than `timeout_s` for one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from daemon.config import PredictorConfig
+from daemon.core.job import Job, JobStatus
+from daemon.requestlog import RequestLog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class PredictionStats:
+    """Counters read by /metrics at scrape time."""
+
+    predictions: int = 0
+    fallbacks: int = 0  # failed or timed-out predictions
+    batches: int = 0
+    observed: int = 0  # natural completions fed back (online index, fallback mean)
+
+
+@dataclass(slots=True)
+class _Pending:
+    inp: Any  # predictor.PredictInput
+    future: asyncio.Future[float]
+
+
+class Predictions:
+    def __init__(self, config: PredictorConfig, decode: Any) -> None:
+        self.config = config
+        self.stats = PredictionStats()
+        self.on_batch: list[Callable[[int, float], None]] = []  # (batch size, seconds)
+        self.predictor: Any = None  # predictor.Predictor once loaded; None = no prediction
+        self._decode = decode  # token ids -> text (the serving tokenizer)
+        self._inputs: dict[str, Any] = {}  # job id -> PredictInput while the job lives
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predictor")
+        self._queue: list[_Pending] = []
+        self._worker: asyncio.Task[None] | None = None
+        self._saver: asyncio.Task[None] | None = None
+        self._observed_total = 0.0
+        self._log = RequestLog(config.request_log) if config.request_log else None
+
+    @property
+    def fallback_tokens(self) -> float:
+        if self.stats.observed:
+            return self._observed_total / self.stats.observed
+        return self.config.fallback_tokens
+
+    async def load(self) -> None:
+        if self.config.path == "none":
+            log.info("predictor disabled: every job gets the fallback estimate")
+            return
+        self.predictor = await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
+        log.info("predictor %s (%s) loaded", self.predictor.kind, self.predictor.path)
+        self._saver = asyncio.create_task(self._save_periodically(), name="predictor-save")
+
+    async def _save_periodically(self) -> None:
+        """Persist online state (the retrieval index) so a crash loses little of it."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.save_interval_s)
+            try:
+                await loop.run_in_executor(self._pool, self.predictor.save)
+            except Exception:
+                log.exception("saving the predictor's online state failed")
+
+    def _load(self) -> Any:
+        import torch
+
+        from predictor import default_predictor_path, load_predictor
+
+        torch.set_num_threads(self.config.threads)  # the engines need the other cores
+        return load_predictor(Path(self.config.path) if self.config.path
+                              else default_predictor_path())
+
+    async def predict(self, job: Job, messages: Sequence[dict[str, str]]) -> float:
+        """Predicted total output tokens for a new job; the fallback if anything goes wrong."""
+        if self.predictor is None:
+            return self.fallback_tokens
+        from predictor import PredictInput
+
+        inp = PredictInput.from_openai(list(messages), job.num_prompt_tokens)
+        self._inputs[job.job_id] = inp
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(inp, future))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._run_batches(), name="predictor")
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.config.timeout_s)
+        except Exception:  # timeout or predictor error: a worse order, never a lost job
+            self.stats.fallbacks += 1
+            return self.fallback_tokens
+
+    async def _run_batches(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            batch, self._queue = (self._queue[:self.config.max_batch],
+                                  self._queue[self.config.max_batch:])
+            started = time.perf_counter()
+            try:
+                values = await loop.run_in_executor(self._pool, self.predictor.predict,
+                                                    [p.inp for p in batch])
+            except Exception as exc:
+                log.warning("prediction of %d jobs failed: %s", len(batch), exc)
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(exc)
+                continue
+            self.stats.batches += 1
+            for listener in self.on_batch:
+                listener(len(batch), time.perf_counter() - started)
+            for p, value in zip(batch, values, strict=True):
+                self.stats.predictions += 1
+                if not p.future.done():
+                    p.future.set_result(max(float(value), 1.0))
+
+    async def remaining(self, jobs: Sequence[Job]) -> list[float]:
+        """Re-predicted remaining tokens of running jobs (the scheduler's ISRTF hook)."""
+        batch = [(self._inputs[job.job_id], list(job.generated_token_ids)) for job in jobs]
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._remaining,
+                                                                batch)
+
+    def _remaining(self, batch: list[tuple[Any, list[int]]]) -> list[float]:
+        pairs = [(inp, self._decode(ids)) for inp, ids in batch]
+        return [float(v) for v in self.predictor.predict_remaining(pairs)]
+
+    def on_job_end(self, job: Job) -> None:
+        """Scheduler listener: feed natural completions back, log the request."""
+        inp = self._inputs.pop(job.job_id, None)
+        if job.status != JobStatus.FINISHED or job.finish_reason != "stop":
+            return  # cut by max_tokens or aborted: not the answer's true length
+        self.stats.observed += 1
+        self._observed_total += job.num_generated_tokens
+        if inp is not None and (self.predictor is not None or self._log is not None):
+            self._pool.submit(self._observe, inp, list(job.generated_token_ids), job.job_id)
+
+    def _observe(self, inp: Any, ids: list[int], job_id: str) -> None:
+        try:
+            if self.predictor is not None:
+                self.predictor.observe(inp, len(ids))
+            if self._log is not None:
+                self._log.append(job_id, inp.messages, self._decode(ids), len(ids))
+        except Exception:
+            log.exception("could not record the completion of %s", job_id)
+
+    async def close(self) -> None:
+        for task in (self._worker, self._saver):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        if self.predictor is not None:
+            await loop.run_in_executor(self._pool, self.predictor.save)
+        if self._log is not None:
+            await loop.run_in_executor(self._pool, self._log.close)
+        self._pool.shutdown(wait=True)

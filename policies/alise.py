@@ -1,0 +1,143 @@
+"""ALISE (2024): preemptive priority on estimated remaining *execution time*.
+
+- Remaining time T = T_prefill + T_decode from the fitted cost model (policies.costmodel):
+  a waiting job pays the prefill of its prompt plus what it already generated (recompute on
+  resume), a running one only its decode share at the configured batch size.
+- Priority queues with virtual aging. The paper's queues are levels of remaining time; here
+  a level is log2(T) (continuous: each level halves T) and a waiting job climbs one level
+  per `age_threshold_s` seconds. The heap key log2(T) + enqueue_time / θ orders waiting
+  jobs exactly by their aged level at any instant (the now/θ term is common to all), so
+  aging needs no re-keying. The exact level spacing is a reconstruction: the text has none.
+- Misprediction: a job that outlives its prediction has it multiplied by `demote_factor`
+  (ALISE doubles it), which drops it to a lower level (a checkpoint at the prediction).
+- Iteration-level preemption: a waiting job replaces the running job with the most time
+  left when that time, net of the victim's resume cost (re-prefill), exceeds
+  (1 + margin) x the candidate's aged time; at most `max_preemptions` per job.
+- EWT and KV residency (keep / offload / drop) for jobs holding KV: policies.alise_wait,
+  reviewed every `review_interval_s`; the decision is advice on job.kv_residency for the
+  executors and kvstore (until kvstore exists, offload is drop).
+- Dispatch across executors: the one holding the job's kept KV if free, else the one with
+  the least estimated remaining time of its running jobs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from daemon.config import ALISEConfig, Config, SimConfig
+from daemon.core.job import Job, JobStatus, KVResidency
+from daemon.core.policy import DispatchContext, ExecutorView, Policy, class_rank
+from policies.alise_wait import Waiter, estimate_waits, plan_residency
+from policies.common import pick_victim
+from policies.costmodel import CostModel
+
+_MIN_TIME_S = 1e-6  # log2 floor
+
+
+class ALISE(Policy):
+    name = "alise"
+    preemptive = True
+
+    def __init__(self, params: ALISEConfig | None = None, cost: CostModel | None = None,
+                 batch_hint: int = 4) -> None:
+        self.params = params or ALISEConfig()
+        self.cost = cost or CostModel.from_sim(SimConfig())
+        self.batch_hint = batch_hint  # jobs decoding together at load (scheduler.max_running)
+        self.max_preemptions = self.params.max_preemptions
+        self.age_threshold_s = self.params.age_threshold_s
+        self._next_review = -math.inf
+        self._work_s: dict[str, float] = {}  # waiting job id -> T when it was keyed
+
+    @classmethod
+    def from_config(cls, config: Config) -> ALISE:
+        return cls(config.policies.alise, CostModel.from_sim(config.sim),
+                   config.scheduler.max_running)
+
+    def remaining_s(self, job: Job) -> float:
+        context = job.num_prompt_tokens + job.num_generated_tokens
+        prefill = 0 if job.status is JobStatus.RUNNING else context
+        return self.cost.job_time_s(prefill, context, job.predicted_remaining_tokens,
+                                    self.batch_hint)
+
+    def order_key(self, job: Job) -> float:
+        work = self.remaining_s(job)
+        self._work_s[job.job_id] = work
+        return math.log2(max(work, _MIN_TIME_S)) + job.enqueue_time / self.age_threshold_s
+
+    def engine_priority(self, job: Job) -> int:
+        return class_rank(job.priority, self.remaining_s(job) * 1000.0)  # ms within a class
+
+    # ---- misprediction: demote and double ----------------------------------------------
+
+    def next_checkpoint(self, job: Job) -> int | None:
+        if job.predicted_output_tokens is None:
+            return None
+        return max(math.floor(job.predicted_output_tokens) + 1, job.num_generated_tokens + 1)
+
+    def on_checkpoint(self, job: Job, now: float) -> bool:
+        predicted = job.predicted_output_tokens
+        if predicted is not None:
+            predicted = max(predicted, 1.0)
+            while predicted <= job.num_generated_tokens:
+                predicted *= self.params.demote_factor
+            job.predicted_output_tokens = predicted
+        return False
+
+    # ---- preemption and placement -------------------------------------------------------
+
+    def aged_s(self, job: Job, now: float) -> float:
+        """Remaining time as virtual aging sees it: halved per age threshold waited."""
+        waited = max(now - job.enqueue_time, 0.0)
+        return self.remaining_s(job) * 2.0 ** (-waited / self.age_threshold_s)
+
+    def choose_victim(self, candidate: Job, running: Sequence[Job], now: float) -> Job | None:
+        bar = (1.0 + self.params.margin) * self.aged_s(candidate, now)
+        return pick_victim(candidate, running, self.remaining_s,
+                           lambda _, victim: self._net_gain_s(victim) > bar)
+
+    def _net_gain_s(self, victim: Job) -> float:
+        resume = self.cost.prefill_s(victim.num_prompt_tokens + victim.num_generated_tokens)
+        return self.remaining_s(victim) - resume
+
+    def choose_executor(self, job: Job, free: Sequence[ExecutorView]) -> ExecutorView:
+        if job.kv_residency is KVResidency.KEEP:
+            for ex in free:
+                if ex.name == job.executor_name:
+                    return ex
+        return min(free, key=lambda ex: (sum(self.remaining_s(j) for j in ex.running.values()),
+                                         len(ex.running)))
+
+    # ---- review: estimated waits and KV residency ---------------------------------------
+
+    def after_round(self, ctx: DispatchContext) -> float | None:
+        if not len(ctx.waiting):
+            self._work_s.clear()
+            return None
+        if ctx.now >= self._next_review:
+            self._review(ctx)
+            self._next_review = ctx.now + self.params.review_interval_s
+        return self._next_review  # aged priorities may warrant a preemption by then
+
+    def _review(self, ctx: DispatchContext) -> None:
+        running = ctx.running_jobs()
+        run_level = None
+        if running:
+            worst = max(self.remaining_s(job) for job in running)
+            run_level = math.log2(max(worst, _MIN_TIME_S)) - math.log2(1.0 + self.params.margin)
+        waiters = [self._waiter(job, key, ctx) for _, key, job in ctx.waiting.ranked()]
+        estimate_waits(waiters, sum(self.remaining_s(job) for job in running),
+                       len(ctx.executors), run_level, self.age_threshold_s)
+        residency = plan_residency(waiters, self.params.max_resident_jobs, self.params.offload)
+        for w in waiters:
+            w.job.estimated_wait_s = w.ewt_s
+            w.job.kv_residency = residency.get(w.job.job_id)
+        self._work_s = {w.job.job_id: w.work_s for w in waiters}  # forget departed jobs
+
+    def _waiter(self, job: Job, key: float, ctx: DispatchContext) -> Waiter:
+        work = self._work_s.get(job.job_id)
+        if work is None:
+            work = self.remaining_s(job)
+        promote_after = ctx.waiting.promote_after_s
+        promote_in = None if promote_after is None else job.enqueue_time + promote_after - ctx.now
+        return Waiter(job, key - ctx.now / self.age_threshold_s, work, promote_in)

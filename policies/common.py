@@ -1,0 +1,33 @@
+"""Pieces several policies share: class-aware victim choice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from daemon.core.job import Job
+
+Measure = Callable[[Job], float]  # bigger = more work left = better victim
+Beats = Callable[[Job, Job], bool]  # (candidate, victim) -> preempting pays
+
+
+def pick_victim(candidate: Job, running: Sequence[Job], measure: Measure,
+                beats: Beats) -> Job | None:
+    """The running job a waiting candidate should replace, or None.
+
+    Request classes first (lower `priority` = more urgent, as vLLM): a candidate replaces a
+    job of a less urgent class outright, never one of a more urgent class. Within its own
+    class it replaces the job with the most work left, and only if `beats` says so.
+    """
+    worst: Job | None = None
+    worst_key: tuple[int, float] | None = None
+    for job in running:
+        if job.priority < candidate.priority:
+            continue
+        key = (job.priority, measure(job))
+        if worst_key is None or key > worst_key:
+            worst, worst_key = job, key
+    if worst is None:
+        return None
+    if worst.priority > candidate.priority or beats(candidate, worst):
+        return worst
+    return None

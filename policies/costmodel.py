@@ -1,0 +1,61 @@
+"""Execution-time estimates for ALISE and SCLS, from the engine's fitted cost model.
+
+The coefficients are those of `[sim]` (what `lengthwise profile` fits on the real engine, and
+what the simulated executor runs): a step costs
+    prefill_base + prefill_per_token * new_tokens                        (if any prefill)
+  + decode_base + decode_per_seq * batch + decode_per_context_token * context_tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daemon.config import SimConfig
+
+
+@dataclass(slots=True, frozen=True)
+class CostModel:
+    prefill_base_s: float
+    prefill_per_token_s: float
+    decode_base_s: float
+    decode_per_seq_s: float
+    decode_per_context_token_s: float
+
+    @classmethod
+    def from_sim(cls, sim: SimConfig) -> CostModel:
+        return cls(sim.prefill_base_s, sim.prefill_per_token_s, sim.decode_base_s,
+                   sim.decode_per_seq_s, sim.decode_per_context_token_s)
+
+    def prefill_s(self, tokens: float) -> float:
+        """Seconds to (re)compute the KV of `tokens` tokens; 0 for none."""
+        return self.prefill_base_s + self.prefill_per_token_s * tokens if tokens > 0 else 0.0
+
+    def decode_share_s(self, context_tokens: float, out_tokens: float, batch: int) -> float:
+        """One job's share of the decode steps that produce `out_tokens` more tokens, when
+        it decodes in a batch of `batch` jobs: the step's fixed cost is split, the per-seq
+        and per-context costs are its own. Context grows by one token per step.
+
+        ALISE's T_decode(L_in, L_out): its equations are lost in the text; the prose says
+        decode time is linear in output length with a per-token cost linear in input length,
+        which this is (plus the growth of the context over the output).
+        """
+        if out_tokens <= 0:
+            return 0.0
+        per_step = self.decode_base_s / max(batch, 1) + self.decode_per_seq_s
+        mean_context = context_tokens + (out_tokens + 1) / 2
+        return out_tokens * (per_step + self.decode_per_context_token_s * mean_context)
+
+    def job_time_s(self, prefill_tokens: float, context_tokens: float, out_tokens: float,
+                   batch: int) -> float:
+        """ALISE's T = T_prefill(L_in) + T_decode(L_in, L_out), for what is left of a job."""
+        return self.prefill_s(prefill_tokens) + self.decode_share_s(
+            context_tokens, out_tokens, batch)
+
+    def batch_serve_s(self, size: int, input_len: int, slice_tokens: int) -> float:
+        """SCLS's T_serve(N, L_i, S) (its Eq. 1-4): prefill N padded inputs of L_i tokens,
+        then S decode iterations of N sequences whose cached length grows from L_i + 1."""
+        n, s = size, slice_tokens
+        prefill = self.prefill_s(n * input_len)
+        steps = s * (self.decode_base_s + self.decode_per_seq_s * n)
+        context = self.decode_per_context_token_s * n * (s * input_len + s * (s + 1) / 2)
+        return prefill + steps + context

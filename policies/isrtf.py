@@ -1,0 +1,75 @@
+"""ISRTF (ELIS, 2024): iterative shortest remaining time first.
+
+Waiting jobs are ordered by predicted *remaining* tokens. While a job runs, its remaining
+length is re-predicted every `window_tokens` (ELIS: 50) from prompt + partial output by the
+iterative predictor (`Scheduler.remaining_predictor`, run off the loop); without one, the
+remaining estimate is the first prediction minus what was generated.
+
+ELIS re-batches every window (every job stops and is re-ranked every 50 tokens). Here jobs
+keep running across windows and a waiting job preempts a running one only when it wins by a
+margin: victim's remaining > (1 + margin) x candidate's remaining. A job is preempted at
+most `max_preemptions` times (the core enforces it), which bounds churn and, with aging,
+every job's completion time. Request classes come first (see policies.common.pick_victim).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from daemon.config import Config, ISRTFConfig
+from daemon.core.job import Job
+from daemon.core.policy import Policy, class_rank
+from policies.common import pick_victim
+
+
+class ISRTF(Policy):
+    name = "isrtf"
+    preemptive = True
+
+    def __init__(self, params: ISRTFConfig | None = None) -> None:
+        params = params or ISRTFConfig()
+        self.window_tokens = params.window_tokens
+        self.margin = params.margin
+        self.max_preemptions = params.max_preemptions
+        self.repredict_timeout_s = params.repredict_timeout_s
+
+    @classmethod
+    def from_config(cls, config: Config) -> ISRTF:
+        return cls(config.policies.isrtf)
+
+    def remaining(self, job: Job) -> float:
+        return job.predicted_remaining_tokens
+
+    def order_key(self, job: Job) -> float:
+        return self.remaining(job)
+
+    def engine_priority(self, job: Job) -> int:
+        return class_rank(job.priority, self.remaining(job))
+
+    def next_checkpoint(self, job: Job) -> int | None:
+        window = self.window_tokens
+        return (job.num_generated_tokens // window + 1) * window
+
+    def on_checkpoint(self, job: Job, now: float) -> bool:
+        return True  # re-predict the remaining length from prompt + partial output
+
+    def choose_victim(self, candidate: Job, running: Sequence[Job], now: float) -> Job | None:
+        return pick_victim(candidate, running, self.remaining, self._pays)
+
+    def _pays(self, candidate: Job, victim: Job) -> bool:
+        return self.remaining(victim) > (1.0 + self.margin) * self.remaining(candidate)
+
+
+class OracleSRPT(ISRTF):
+    """ISRTF's mechanism on the true remaining length: the bound on what prediction gives."""
+
+    name = "oracle-srpt"
+
+    def remaining(self, job: Job) -> float:
+        if job.true_output_tokens is None:
+            return super().remaining(job)
+        left = job.true_output_tokens - job.num_generated_tokens
+        return float(min(max(left, 1), job.num_remaining_budget_tokens))
+
+    def next_checkpoint(self, job: Job) -> int | None:
+        return None  # the truth needs no re-prediction

@@ -1,0 +1,44 @@
+"""SSJF (Qiu et al., 2024): non-preemptive shortest *predicted* job first.
+
+Waiting jobs are ordered by predicted output length (the proxy or retrieval predictor's, set
+before submit) within their priority class; a job without a prediction sorts by its token
+budget, i.e. last. Nothing is preempted. Starvation of long jobs, which the paper leaves to
+future work ("one can adopt aging"), is bounded by the core's aging: a job that has waited
+`scheduler.aging.promote_after_s` goes ahead of every non-promoted job.
+"""
+
+from __future__ import annotations
+
+from daemon.config import Config
+from daemon.core.job import Job
+from daemon.core.policy import Policy, class_rank
+
+
+class SSJF(Policy):
+    name = "ssjf"
+
+    @classmethod
+    def from_config(cls, config: Config) -> SSJF:
+        return cls()
+
+    def length(self, job: Job) -> float:
+        """Predicted tokens still to generate (the whole prediction for a fresh job)."""
+        return job.predicted_remaining_tokens
+
+    def order_key(self, job: Job) -> float:
+        return self.length(job)
+
+    def engine_priority(self, job: Job) -> int:
+        return class_rank(job.priority, self.length(job))
+
+
+class OracleSJF(SSJF):
+    """SSJF on the true output length: the bound on what a length predictor can give SSJF."""
+
+    name = "oracle-sjf"
+
+    def length(self, job: Job) -> float:
+        if job.true_output_tokens is None:
+            return super().length(job)
+        left = job.true_output_tokens - job.num_generated_tokens
+        return float(min(max(left, 1), job.num_remaining_budget_tokens))

@@ -1,0 +1,49 @@
+"""manifest.json: which kind of predictor a folder holds and what it was trained with."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+
+from predictor.model import NetConfig  # noqa: E402
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+
+class Manifest(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str  # "proxy" | "retrieval" | "iterative"
+    format_version: int = FORMAT_VERSION
+    encoder: str = "minilm"  # "minilm" (packaged) or a local HF folder
+    encoder_max_tokens: int = 512
+    net: NetConfig | None = None
+    calibration: float = 1.0  # tokens = calibration * expm1(score): least-squares fit on train
+    train_mean: float = 0.0  # baseline and last-resort fallback, tokens
+    baseline_linear: list[float] = msgspec.field(default_factory=lambda: [0.0, 0.0])  # tokens = a * prompt_chars + b (baseline)
+    quintiles: list[float] = []  # 20/40/60/80 % of training lengths (acc5 classes)
+    chars_per_token: float = 4.0  # response chars per output token in the training data
+    tokenizer: str = ""  # iterative: serving tokenizer folder, to cut answers into windows
+    window: int = 50  # iterative: re-prediction window, tokens
+    top_k: int = 8  # retrieval
+    min_similarity: float = 0.9  # retrieval: neighbours below this are ignored
+    min_neighbours: int = 1  # retrieval: fewer hits than this -> proxy fallback
+    fallback: str = ""  # retrieval: sub-folder holding the proxy used on a miss
+    seed: int = 0
+    train_seconds: float = 0.0
+    dev_metrics: dict[str, float] = {}
+
+
+def write_manifest(folder: Path, manifest: Manifest) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (MANIFEST + ".tmp")
+    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(manifest)))
+    os.replace(tmp, folder / MANIFEST)
+
+
+def read_manifest(folder: Path) -> Manifest:
+    manifest = msgspec.json.decode((folder / MANIFEST).read_bytes(), type=Manifest)
+    if manifest.format_version != FORMAT_VERSION:
+        raise ValueError(f"{folder}: manifest format {manifest.format_version} not supported")
+    return manifest

@@ -1,0 +1,62 @@
+"""The regression network shared by the proxy and iterative predictors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+import torch
+from torch import nn
+
+
+class NetConfig(msgspec.Struct, frozen=True, kw_only=True):
+    table_size: int  # bag vocabulary: word pieces + hashed bigrams
+    num_numeric: int
+    emb_dim: int = 0  # frozen encoder embedding width; 0 = no encoder (bags + numerics only)
+    bag_dim: int = 32
+    hidden: int = 256
+    dropout: float = 0.1
+    partial: bool = False  # iterative: a third bag over the partial response
+
+
+@dataclass(slots=True)
+class NetInput:
+    prompt_ids: torch.Tensor
+    prompt_offsets: torch.Tensor
+    hist_ids: torch.Tensor
+    hist_offsets: torch.Tensor
+    numeric: torch.Tensor  # [B, num_numeric], raw (the net standardises)
+    emb: torch.Tensor | None = None  # [B, emb_dim]
+    out_ids: torch.Tensor | None = None
+    out_offsets: torch.Tensor | None = None
+
+
+class LengthNet(nn.Module):
+    """Bags (prompt, history, partial answer) + numerics + embedding -> MLP -> log1p(tokens)."""
+
+    def __init__(self, cfg: NetConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.table = nn.EmbeddingBag(cfg.table_size, cfg.bag_dim, mode="mean")
+        nn.init.normal_(self.table.weight, std=0.05)
+        num_bags = 3 if cfg.partial else 2
+        width = num_bags * cfg.bag_dim + cfg.num_numeric + cfg.emb_dim
+        self.mlp = nn.Sequential(
+            nn.Linear(width, cfg.hidden), nn.GELU(), nn.Dropout(cfg.dropout),
+            nn.Linear(cfg.hidden, cfg.hidden // 2), nn.GELU(), nn.Linear(cfg.hidden // 2, 1))
+        self.register_buffer("num_mean", torch.zeros(cfg.num_numeric))
+        self.register_buffer("num_std", torch.ones(cfg.num_numeric))
+        self.register_buffer("target_bias", torch.zeros(()))  # mean log length: eases training
+
+    def forward(self, x: NetInput) -> torch.Tensor:
+        return self.mlp(self._inputs(x)).squeeze(-1) + self.target_bias
+
+    def _inputs(self, x: NetInput) -> torch.Tensor:
+        parts = [self.table(x.prompt_ids, x.prompt_offsets),
+                 self.table(x.hist_ids, x.hist_offsets)]
+        if self.cfg.partial:
+            parts.append(self.table(x.out_ids, x.out_offsets))
+        parts.append((x.numeric - self.num_mean) / self.num_std)
+        if self.cfg.emb_dim:
+            parts.append(x.emb)
+        return torch.cat(parts, dim=-1)

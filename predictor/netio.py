@@ -1,0 +1,27 @@
+"""Saving a LengthNet small (float16 on disk) and loading it back as float32."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from predictor.model import LengthNet, NetConfig
+
+WEIGHTS = "net.pt"
+
+
+def save_net(net: LengthNet, folder: Path) -> None:
+    state = {k: (v.half() if v.is_floating_point() and v.dim() > 0 and k.startswith(("table", "mlp"))
+                 else v) for k, v in net.state_dict().items()}
+    tmp = folder / (WEIGHTS + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, folder / WEIGHTS)
+
+
+def load_net(cfg: NetConfig, folder: Path) -> LengthNet:
+    net = LengthNet(cfg)
+    state = torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True)
+    net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    return net.eval()

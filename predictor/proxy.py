@@ -1,0 +1,52 @@
+"""Proxy predictor (SSJF): features (+ optional frozen encoder) -> MLP -> output tokens."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from predictor.api import PredictInput, Predictor
+from predictor.encoder import TextEncoder
+from predictor.features import BagTokenizer
+from predictor.manifest import Manifest
+from predictor.model import LengthNet
+from predictor.netio import load_net
+from predictor.rows import FeatureRows, featurize
+from predictor.text import render
+
+
+class ProxyPredictor(Predictor):
+    kind = "proxy"
+
+    def __init__(self, path: Path, manifest: Manifest, net: LengthNet,
+                 encoder: TextEncoder | None) -> None:
+        self.path, self.manifest, self.net, self.encoder = path, manifest, net, encoder
+        self.bagger = BagTokenizer(manifest.encoder)
+        self.chars_per_token = manifest.chars_per_token
+        self._lock = threading.Lock()  # torch modules are not re-entrant across threads
+
+    @classmethod
+    def load(cls, path: Path, manifest: Manifest) -> ProxyPredictor:
+        assert manifest.net is not None
+        encoder = (TextEncoder(manifest.encoder, manifest.encoder_max_tokens)
+                   if manifest.net.emb_dim else None)
+        return cls(path, manifest, load_net(manifest.net, path), encoder)
+
+    def rows(self, batch: list[PredictInput]) -> FeatureRows:
+        rows = featurize(self.bagger, [inp.messages for inp in batch])
+        if self.encoder is not None:
+            rows.emb = self.encoder.embed([render(inp.messages) for inp in batch])
+        return rows
+
+    def tokens_from_scores(self, s: np.ndarray) -> list[float]:
+        return [max(1.0, float(v)) for v in self.manifest.calibration * np.expm1(s)]
+
+    def predict(self, batch: list[PredictInput]) -> list[float]:
+        if not batch:
+            return []
+        with self._lock, torch.inference_mode():
+            s = self.net(self.rows(batch).batch(range(len(batch)))).numpy().astype(np.float64)
+        return self.tokens_from_scores(s)

@@ -1,0 +1,64 @@
+"""The training / request-log record: one answered user turn, read and written as JSONL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import msgspec
+
+
+class Message(msgspec.Struct, frozen=True):
+    role: str  # "user" | "assistant" | "system"
+    content: str
+
+
+class Record(msgspec.Struct, frozen=True):
+    """Also the daemon's request-log line, so a deployment can retrain on its own outputs."""
+
+    id: str  # "<conversation id>#<turn index>" for ShareGPT; the request id for the daemon log
+    messages: list[Message]  # conversation up to and including the user turn being answered
+    response: str
+    output_tokens: int  # length of `response` under the serving model's tokenizer
+
+
+ROLES = frozenset({"user", "assistant", "system"})
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(Record)
+
+
+def conversation_key(record_id: str) -> str:
+    """The conversation a record belongs to: everything before the last '#', if any."""
+    head, sep, _ = record_id.rpartition("#")
+    return head if sep else record_id
+
+
+def encode_record(record: Record) -> bytes:
+    return _encoder.encode(record)
+
+
+def read_records(path: str | Path) -> Iterator[Record]:
+    with open(path, "rb") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = _decoder.decode(line)
+            except msgspec.DecodeError as e:
+                raise ValueError(f"{path}:{line_no}: bad record: {e}") from e
+            if not record.messages or record.messages[-1].role != "user":
+                raise ValueError(f"{path}:{line_no}: messages must end with a user turn")
+            yield record
+
+
+def write_records(path: str | Path, records: Iterable[Record]) -> int:
+    """Writes to a temp file then renames, so a killed run never leaves half a data set."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    count = 0
+    with open(tmp, "wb") as f:
+        for record in records:
+            f.write(encode_record(record) + b"\n")
+            count += 1
+    tmp.replace(path)
+    return count

@@ -1,0 +1,96 @@
+"""Retrieval predictor (ALISE): kNN over past requests, similarity-weighted mean of their
+lengths; the proxy answers when too few neighbours are similar enough. Learns online."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from predictor.api import PredictInput, Predictor
+from predictor.index import VectorIndex
+from predictor.keys import LexicalKeyer
+from predictor.manifest import Manifest, read_manifest
+from predictor.persist import atomic_write, load_newest_valid
+from predictor.proxy import ProxyPredictor
+
+INDEX_FILE = "index.lwidx"
+IDF_FILE = "idf.npy"
+
+
+def neighbour_estimate(sims: np.ndarray, lens: np.ndarray, min_similarity: float,
+                       min_neighbours: int) -> tuple[np.ndarray, np.ndarray]:
+    """(hit mask [B], estimate [B]): similarity-weighted mean over neighbours above threshold."""
+    ok = sims >= min_similarity
+    weights = np.where(ok, np.maximum(sims, 1e-6), 0.0).astype(np.float64)
+    total = weights.sum(1)
+    hit = ok.sum(1) >= min_neighbours
+    est = (weights * lens).sum(1) / np.maximum(total, 1e-12)
+    return hit, est
+
+
+class RetrievalPredictor(Predictor):
+    kind = "retrieval"
+
+    def __init__(self, path: Path, manifest: Manifest, proxy: ProxyPredictor,
+                 keyer: LexicalKeyer, index: VectorIndex) -> None:
+        self.path, self.manifest, self.proxy, self.index = path, manifest, proxy, index
+        self.keyer = keyer
+        self.chars_per_token = manifest.chars_per_token
+        self._lock = threading.Lock()
+        self.hits = 0  # served from neighbours
+        self.misses = 0  # served by the proxy fallback
+
+    @classmethod
+    def load(cls, path: Path, manifest: Manifest) -> RetrievalPredictor:
+        proxy_dir = path / manifest.fallback
+        proxy = ProxyPredictor.load(proxy_dir, read_manifest(proxy_dir))
+        keyer = LexicalKeyer(proxy.bagger, np.load(path / IDF_FILE))
+        index = load_newest_valid(path / INDEX_FILE, VectorIndex.from_bytes)
+        if index is None or index.dim != keyer.dim:
+            index = VectorIndex(keyer.dim)  # nothing valid on disk: start empty, proxy serves
+        return cls(path, manifest, proxy, keyer, index)
+
+    def predict_detail(self, batch: list[PredictInput]) -> tuple[list[float], np.ndarray]:
+        """Neighbours first; the proxy runs only for the misses (the hit path stays cheap)."""
+        keys = self.keyer.keys([inp.messages for inp in batch])
+        with self._lock:
+            sims, lens = self.index.search(keys, self.manifest.top_k)
+        hit, est = neighbour_estimate(sims, lens, self.manifest.min_similarity,
+                                      self.manifest.min_neighbours)
+        self.hits += int(hit.sum())
+        self.misses += int((~hit).sum())
+        preds = [max(1.0, float(e)) for e in est]
+        missed = [i for i, h in enumerate(hit) if not h]
+        if missed:
+            for i, p in zip(missed, self.proxy.predict([batch[i] for i in missed])):
+                preds[i] = p
+        return preds, hit
+
+    def predict(self, batch: list[PredictInput]) -> list[float]:
+        return self.predict_detail(batch)[0] if batch else []
+
+    def observe(self, inp: PredictInput, output_tokens: int) -> None:
+        keys = self.keyer.keys([inp.messages])
+        with self._lock:
+            self.index.add(keys, np.asarray([output_tokens]))
+
+    def save(self) -> None:
+        with self._lock:
+            data = self.index.to_bytes()
+        atomic_write(self.path / INDEX_FILE, data)
+
+    def eval_extra(self, records) -> dict[str, float]:
+        """Hit rate and the hit path's own latency (no fallback work on a hit)."""
+        inputs = [PredictInput.from_record(r) for r in records]
+        _, hit = self.predict_detail(inputs)
+        hits = [i for i, h in zip(inputs, hit) if h][:50]
+        ms = []
+        for inp in hits:
+            t = time.perf_counter()
+            self.predict([inp])
+            ms.append((time.perf_counter() - t) * 1000.0)
+        return {"hit_rate": float(hit.mean()) if len(hit) else 0.0, "index_size": len(self.index),
+                "hit_p50_ms": float(np.percentile(ms, 50)) if ms else float("nan")}

@@ -1,0 +1,73 @@
+"""`bench run` against a running daemon: the sim engine (fast) and the real tiny vLLM engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from tests.support import TINY, DaemonProcess, config_text, free_port
+
+
+def _records(tmp_path: Path, n: int = 12) -> Path:
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join(f'{{"prompt": "tell me about item {i}", "output_tokens": '
+                              f'{8 + 3 * i}}}' for i in range(n)))
+    return path
+
+
+def _daemon(tmp_path: Path, kind: str) -> DaemonProcess:
+    config = tmp_path / "lengthwise.toml"
+    config.write_text(config_text(TINY, free_port(), engine_kind=kind))
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
+    try:
+        daemon.wait_ready()
+    except Exception:
+        daemon.stop()
+        raise
+    return daemon
+
+
+@pytest.fixture
+def sim_daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
+    daemon = _daemon(tmp_path, "sim")
+    yield daemon
+    assert daemon.stop() == 0, daemon.log()
+
+
+def _bench(daemon: DaemonProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+           *extra: str) -> dict[str, float]:
+    capsys.readouterr()
+    code = main(["run", "--target", daemon.base_url, "--num", "12", "--rate", "20",
+                 "--lengths", f"records:{_records(tmp_path)}", "--seed", "1", "--json",
+                 "--requests-out", str(tmp_path / "requests.jsonl"), *extra])
+    assert code == 0
+    return dict(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+
+
+def test_bench_run_against_sim_daemon(sim_daemon: DaemonProcess, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = _bench(sim_daemon, tmp_path, capsys, "--slo-ttft", "1e-9")
+    assert out["n_completed"] == 12 and out["n_failed"] == 0
+    assert 0 < out["mean_ttft"] <= out["mean_jct"] <= out["p99_jct"]
+    assert out["goodput_rps"] == 0.0  # nothing meets a 1 ns TTFT
+    # Output lengths were forced: the server produced exactly the requested tokens.
+    sent = sum(8 + 3 * i for i in range(12))
+    got = [json.loads(line)["output_tokens"]
+           for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert sum(got) == sent
+    assert sim_daemon.metric("lengthwise_jobs_finished_total") == 12
+
+
+@pytest.mark.engine
+def test_bench_run_against_tiny_vllm_daemon(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    daemon = _daemon(tmp_path, "vllm")
+    try:
+        out = _bench(daemon, tmp_path, capsys)
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+    assert out["n_completed"] == 12 and out["throughput_tps"] > 0

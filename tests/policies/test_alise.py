@@ -1,0 +1,130 @@
+"""ALISE: execution-time estimates, virtual aging, demote-and-double, EWT and KV residency."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from daemon.config import ALISEConfig, PoliciesConfig, SimConfig
+from daemon.core.job import JobStatus, KVResidency
+from policies.alise import ALISE
+from policies.alise_wait import Waiter, estimate_waits, plan_residency
+from policies.costmodel import CostModel
+from tests.policies import harness
+from tests.policies.fakes import FakeExecutor, context, job
+from tests.policies.harness import Spec
+
+COST = CostModel.from_sim(SimConfig())
+
+
+def test_remaining_time_is_prefill_plus_decode() -> None:
+    policy = ALISE(ALISEConfig(), COST, batch_hint=4)
+    waiting = job("w", prompt=500, predicted=100.0)
+    running = job("r", prompt=500, predicted=100.0, status=JobStatus.RUNNING)
+    decode = COST.decode_share_s(500, 100, 4)
+    assert policy.remaining_s(running) == pytest.approx(decode)
+    assert policy.remaining_s(waiting) == pytest.approx(COST.prefill_s(500) + decode)
+    resumed = job("p", prompt=500, predicted=100.0, generated=60)  # re-prefill 560 tokens
+    assert policy.remaining_s(resumed) == pytest.approx(
+        COST.prefill_s(560) + COST.decode_share_s(560, 40, 4))
+    assert policy.remaining_s(job("s", predicted=10.0)) < policy.remaining_s(
+        job("l", predicted=1000.0))
+
+
+def test_virtual_aging_key_halves_time_per_threshold() -> None:
+    """A job that waited two thresholds longer ranks as if its time were a quarter: the
+    static heap key gives the same order as aged levels would at any later instant."""
+    policy = ALISE(ALISEConfig(age_threshold_s=10.0), COST)
+    fresh = job("a", predicted=50.0, enqueue=100.0)
+    old = job("b", predicted=400.0, enqueue=80.0)
+    t_fresh, t_old = policy.remaining_s(fresh), policy.remaining_s(old)
+    assert policy.order_key(old) - policy.order_key(fresh) == pytest.approx(
+        math.log2(t_old / t_fresh) - 2.0)
+    for now in (100.0, 137.0):
+        assert policy.aged_s(old, now) == pytest.approx(t_old * 2 ** (-(now - 80.0) / 10.0))
+        aged_order = policy.aged_s(old, now) < policy.aged_s(fresh, now)
+        assert aged_order == (policy.order_key(old) < policy.order_key(fresh))
+
+
+def test_outliving_the_prediction_demotes_and_doubles() -> None:
+    workload = [Spec(0.0, 40, 35, predicted=10.0)]
+    result = harness.run(harness.make_config("alise", max_running=1), workload)
+    assert result.jobs[0].predicted_output_tokens == 40.0  # 10 -> 20 -> 40
+    policy = ALISE(ALISEConfig(demote_factor=3.0), COST)
+    running = job("r", predicted=10.0, generated=11, status=JobStatus.RUNNING)
+    assert policy.next_checkpoint(job("f", predicted=10.0)) == 11
+    assert policy.on_checkpoint(running, 0.0) is False  # no re-prediction: demotion only
+    assert running.predicted_output_tokens == 30.0
+
+
+def test_preemption_counts_the_victims_resume_cost() -> None:
+    policy = ALISE(ALISEConfig(margin=0.0), COST)
+    candidate = job("c", prompt=10, predicted=120.0)
+    victim = job("v", prompt=10, predicted=500.0, generated=100, status=JobStatus.RUNNING)
+    assert policy.choose_victim(candidate, [victim], now=0.0) is victim
+    # 30k tokens of context: re-prefilling them eats most of what preempting would save.
+    heavy = job("h", prompt=30_000, predicted=200.0, generated=100, status=JobStatus.RUNNING)
+    assert policy.remaining_s(heavy) > policy.remaining_s(candidate)
+    assert policy.choose_victim(candidate, [heavy], now=0.0) is None
+
+
+def test_estimated_wait_is_work_ahead_capped_by_aging() -> None:
+    jobs = [job(f"w{i}") for i in range(3)]
+    waiters = [Waiter(jobs[0], 1.0, 2.0, None), Waiter(jobs[1], 2.0, 4.0, None),
+               Waiter(jobs[2], 6.0, 1.0, 1.5)]
+    estimate_waits(waiters, running_work_s=6.0, servers=2, run_level=3.0, age_threshold_s=10.0)
+    # w0: 6 s of running work on 2 servers; its level already beats the bar -> 0 by aging.
+    assert waiters[0].ewt_s == 0.0
+    assert waiters[1].ewt_s == 0.0
+    # w2: work ahead (6 + 2 + 4) / 2 = 6 s; aging needs (6 - 3) * 10 = 30 s; hard aging 1.5 s.
+    assert waiters[2].ewt_s == pytest.approx(1.5)
+    waiters[2].promote_in_s = None
+    estimate_waits(waiters, 6.0, 2, None, 10.0)
+    assert [w.ewt_s for w in waiters] == pytest.approx([3.0, 4.0, 6.0])
+
+
+def test_residency_keeps_up_to_the_limit_per_executor() -> None:
+    def held(jid: str, where: str, level: float, ewt: float) -> Waiter:
+        w = Waiter(job(jid, executor=where, dispatches=1, generated=5), level, 1.0, None)
+        w.ewt_s = ewt
+        return w
+
+    waiters = [held("a", "sim0", 3.5, 9.0), held("b", "sim0", 2.2, 5.0),
+               held("c", "sim0", 2.9, 1.0), held("d", "sim1", 7.0, 0.0),
+               Waiter(job("fresh"), 0.0, 1.0, None)]
+    plan = plan_residency(waiters, limit_per_executor=2, offload=False)
+    # sim0: level 2 (b, c by EWT: c first) fills the limit; a (level 3) is dropped.
+    assert plan == {"c": KVResidency.KEEP, "b": KVResidency.KEEP, "a": KVResidency.DROP,
+                    "d": KVResidency.KEEP}
+    assert plan_residency(waiters, 1, offload=True)["b"] is KVResidency.OFFLOAD
+
+
+def test_review_sets_ewt_and_residency_and_placement_follows_kept_kv() -> None:
+    policy = ALISE(ALISEConfig(max_resident_jobs=1), COST)
+    preempted = [job(f"p{i}", predicted=80.0 + i, generated=20, executor="sim1", dispatches=1)
+                 for i in range(2)]
+    fresh = job("f", predicted=30.0)
+    ex0 = FakeExecutor("sim0", max_running=1).admit(job("r", predicted=500.0))
+    ex1 = FakeExecutor("sim1", max_running=1)
+    ctx = context(policy, [*preempted, fresh], [ex0, ex1], now=1.0, promote_after_s=60.0)
+    assert policy.after_round(ctx) == pytest.approx(1.0 + ALISEConfig().review_interval_s)
+    assert all(j.estimated_wait_s is not None for j in [*preempted, fresh])
+    assert [j.kv_residency for j in preempted] == [KVResidency.KEEP, KVResidency.DROP]
+    assert fresh.kv_residency is None
+    assert policy.choose_executor(preempted[0], [ex0, ex1]) is ex1
+    ex1.admit(job("busy", predicted=900.0))
+    ex0.running.clear()
+    assert policy.choose_executor(fresh, [ex0, ex1]) is ex0  # least estimated time
+
+
+def test_alise_runs_in_the_sim_with_residency_advice() -> None:
+    params = PoliciesConfig(alise=ALISEConfig(max_resident_jobs=1, review_interval_s=0.05))
+    workload = [Spec(0.02 * i, 50, 40 + 60 * (i % 5), predicted=40.0 + 60 * (i % 5))
+                for i in range(30)]
+    result = harness.run(harness.make_config("alise", max_running=2, policies=params),
+                         workload, executors=2)
+    assert all(j.status is JobStatus.FINISHED for j in result.jobs)
+    assert sum(j.num_preemptions for j in result.jobs) > 0
+    assert any(j.kv_residency is not None for j in result.jobs)
+    assert not any(math.isnan(j.estimated_wait_s or 0.0) for j in result.jobs)

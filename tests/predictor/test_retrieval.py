@@ -1,0 +1,73 @@
+"""Retrieval: online insert, persistence across restart, torn writes, proxy fallback."""
+
+from __future__ import annotations
+
+import msgspec
+
+from predictor import PredictInput, load_predictor
+from predictor.cli import main
+from predictor.index import VectorIndex
+from predictor.manifest import read_manifest, write_manifest
+from predictor.records import Message
+from predictor.retrieval import INDEX_FILE
+
+
+def _train(small_train, small_proxy, out) -> None:
+    assert main(["train", "--kind", "retrieval", "--data", str(small_train), "--out", str(out),
+                 "--fallback", str(small_proxy), "--dev-limit", "100"]) == 0
+    # Only near-identical requests count as neighbours, so the tests control hits exactly.
+    manifest = read_manifest(out)
+    write_manifest(out, msgspec.structs.replace(manifest, min_similarity=0.9999, top_k=4))
+
+
+def _novel() -> PredictInput:
+    return PredictInput(messages=[Message("user", "zq vexillology of imaginary moons, tersely")])
+
+
+def test_online_insert_survives_restart(small_train, small_proxy, tmp_path) -> None:
+    _train(small_train, small_proxy, tmp_path / "r")
+    predictor = load_predictor(tmp_path / "r")
+    size = len(predictor.index)
+    inp = _novel()
+    fallback = predictor.proxy.predict([inp])[0]
+    assert predictor.predict([inp]) == [fallback]  # miss -> proxy
+    predictor.observe(inp, 4321)
+    assert predictor.predict([inp])[0] > fallback  # now a hit near 4321
+    predictor.save()
+    restarted = load_predictor(tmp_path / "r")
+    assert len(restarted.index) == size + 1
+    assert abs(restarted.predict([inp])[0] - 4321) < 1.0
+
+
+def test_torn_write_keeps_last_good_index(small_train, small_proxy, tmp_path) -> None:
+    folder = tmp_path / "r"
+    _train(small_train, small_proxy, folder)
+    predictor = load_predictor(folder)
+    predictor.observe(_novel(), 4321)
+    predictor.save()  # generation 2; generation 1 is kept as .prev
+    good = len(predictor.index)
+    path = folder / INDEX_FILE
+    (folder / (INDEX_FILE + ".tmp")).write_bytes(path.read_bytes()[:1000])  # crash mid-write
+    assert len(load_predictor(folder).index) == good
+    path.write_bytes(path.read_bytes()[:-100])  # torn current file: previous generation wins
+    assert len(load_predictor(folder).index) == good - 1
+
+
+def test_corrupt_index_everywhere_falls_back_to_proxy(small_train, small_proxy, tmp_path) -> None:
+    folder = tmp_path / "r"
+    _train(small_train, small_proxy, folder)
+    (folder / INDEX_FILE).write_bytes(b"garbage")
+    predictor = load_predictor(folder)
+    assert len(predictor.index) == 0
+    inp = _novel()
+    assert predictor.predict([inp]) == predictor.proxy.predict([inp])
+
+
+def test_index_bytes_round_trip() -> None:
+    import numpy as np
+
+    index = VectorIndex(3)
+    index.add(np.eye(3, dtype=np.float32), np.array([5, 6, 7]))
+    again = VectorIndex.from_bytes(index.to_bytes())
+    sims, lens = again.search(np.array([[0, 1, 0]], np.float32), 1)
+    assert lens.tolist() == [[6]] and abs(sims[0, 0] - 1.0) < 1e-6

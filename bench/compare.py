@@ -1,3 +1,104 @@
-"""placeholder"""
-def add_parser(sub):
-    pass
+"""`lengthwise bench compare`: every system in turn, the identical workload at each rate.
+
+Writes OUT/results.json (per system and rate: the summary and per-request results),
+OUT/results.md (the table) and OUT/*.png (JCT CDF, mean and p99 JCT vs rate, throughput vs
+rate). Systems run one at a time: on a shared CPU, two engines would measure each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import msgspec
+
+from bench import workload
+from bench.metrics import RequestResult, Summary, summarize
+from bench.servers import Server, Settings, System, parse_system
+
+QUICK_SYSTEMS = "vllm,vllm-priority,lengthwise:fcfs,lengthwise:ssjf,lengthwise:oracle-sjf"
+
+
+class RunRecord(msgspec.Struct, kw_only=True):
+    system: str
+    rate: float
+    summary: Summary
+    requests: list[RequestResult]
+    wall_s: float
+
+
+class CompareResults(msgspec.Struct, kw_only=True):
+    model: str
+    max_num_seqs: int
+    workload: workload.WorkloadSpec  # rate is per run (see runs)
+    natural: bool
+    startup_s: dict[str, float]
+    runs: list[RunRecord]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from bench.cli import add_client_arguments
+
+    p = sub.add_parser("compare", help="start each system in turn, same workload, compare")
+    p.add_argument("--model", type=Path, default=Path("models/tiny-llama"))
+    p.add_argument("--systems", default=QUICK_SYSTEMS,
+                   help="comma list of vllm | vllm-priority | lengthwise:POLICY")
+    p.add_argument("--rates", default="2,3.5,5", help="comma list of request rates (req/s)")
+    p.add_argument("--max-num-seqs", type=int, default=4)
+    p.add_argument("--extra-toml", type=Path, help="TOML appended to lengthwise configs")
+    p.add_argument("--out", type=Path, required=True, help="output folder")
+    add_client_arguments(p)
+    workload.add_arguments(p)
+    p.set_defaults(func=run_compare, num=80, cap=256)
+
+
+def _run_system(system: System, settings: Settings, args: argparse.Namespace,
+                rates: list[float], out: Path) -> tuple[float, list[RunRecord]]:
+    from bench import client
+
+    server = Server(system, settings, out)
+    records = []
+    try:
+        startup = server.wait_ready()
+        opts = client.ClientOptions(natural=args.natural, priority=system.client_priority,
+                                    max_model_len=args.max_model_len)
+        for rate in rates:
+            requests = workload.build(workload.spec_from_args(args, rate=rate))
+            started = time.perf_counter()
+            results = client.run(server.base_url, requests, opts)
+            summary = summarize(results, args.slo_ttft, args.slo_tpot)
+            records.append(RunRecord(system=system.spec, rate=rate, summary=summary,
+                                     requests=results, wall_s=time.perf_counter() - started))
+            print(f"{system.spec:>24} @ {rate:g} req/s: mean JCT {summary.mean_jct:.2f} s, "
+                  f"p99 {summary.p99_jct:.2f} s, {summary.n_failed} failed", flush=True)
+    finally:
+        server.stop()
+    return startup, records
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from bench.plots import plot_all
+    from bench.report import markdown_table
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    rates = [float(r) for r in args.rates.split(",") if r]
+    systems = [parse_system(s) for s in args.systems.split(",") if s]
+    settings = Settings(model=args.model.resolve(), max_num_seqs=args.max_num_seqs,
+                        max_model_len=args.max_model_len,
+                        extra_toml=args.extra_toml.read_text() if args.extra_toml else "")
+    workload.build(workload.spec_from_args(args, rate=rates[0]))  # fail early on bad flags
+    results = CompareResults(model=args.model.name, max_num_seqs=args.max_num_seqs,
+                             workload=workload.spec_from_args(args), natural=args.natural,
+                             startup_s={}, runs=[])
+    for system in systems:
+        startup, records = _run_system(system, settings, args, rates, out)
+        results.startup_s[system.spec] = startup
+        results.runs += records
+        (out / "results.json").write_bytes(msgspec.json.encode(results))  # survive a crash
+    table = markdown_table(results.runs)
+    (out / "results.md").write_text(table)
+    plot_all(results.runs, out)
+    print(table)
+    return 0

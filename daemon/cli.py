@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -11,7 +12,20 @@ commands:
   serve       run the daemon (HTTP API + scheduler + engines)
   model       build a local model folder (smollm2: the default model; tiny: test model)
   predictor   output-length predictors: data, train, eval
+  bench       load tests: `bench run` (one server), `bench compare` (systems side by side)
+  profile     measure the engine and fit the execution-time cost model
+  sim         the real scheduler and policies on simulated engines, in virtual time
 """
+
+# command -> "module:function" taking argv and returning an exit code; imported on use so
+# `lengthwise serve` never loads benchmark or training code.
+_SUBCOMMANDS = {
+    "model": "daemon.models:main",
+    "predictor": "predictor.cli:main",
+    "bench": "bench.cli:main",
+    "profile": "bench.profile:main",
+    "sim": "bench.sim:main",
+}
 
 
 def _serve(argv: list[str]) -> int:
@@ -44,14 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "serve":
         return _serve(rest)
-    if command == "model":
-        from daemon.models import main as model_main
-
-        return model_main(rest)
-    if command == "predictor":
-        from predictor.cli import main as predictor_main
-
-        return predictor_main(rest)
+    if command in _SUBCOMMANDS:
+        module, function = _SUBCOMMANDS[command].split(":")
+        entry = getattr(importlib.import_module(module), function)
+        return int(entry(rest))
     print(f"lengthwise: unknown command {command!r}\n\n{_HELP}", file=sys.stderr)
     return 2
 

@@ -93,7 +93,7 @@ class ISRTFConfig(_Section):
     window_tokens: int = 50
     # A waiting job preempts a running one only if the victim's predicted remaining tokens
     # exceed (1 + margin) x the candidate's: preempt when it pays, not at every window.
-    margin: float = 0.5
+    margin: float = 1.0
     # Most times one job may be preempted; bounds churn and every job's completion time.
     max_preemptions: int = 2
     # Seconds one batch of re-predictions may take before the old predictions are kept.
@@ -105,10 +105,10 @@ class ALISEConfig(_Section):
 
     # Virtual aging: a waiting job's effective remaining time halves (it climbs one priority
     # level) for every this many seconds it waits.
-    age_threshold_s: float = 10.0
+    age_threshold_s: float = 30.0
     # Preempt only if victim's remaining time (net of its resume cost) > (1 + margin) x the
     # candidate's aged remaining time.
-    margin: float = 0.5
+    margin: float = 1.0
     # Most times one job may be preempted.
     max_preemptions: int = 2
     # A job that outlives its prediction has it multiplied by this (ALISE doubles it).

@@ -25,10 +25,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from daemon.config import ALISEConfig, Config, SimConfig
 from daemon.core.job import Job, JobStatus, KVResidency
 from daemon.core.policy import DispatchContext, ExecutorView, Policy, class_rank
-from policies.alise_wait import Waiter, estimate_waits, plan_residency
+from daemon.core.waitqueue import WaitQueue
+from policies.alise_wait import Holder, estimate_waits, plan_residency, work_ahead
 from policies.common import pick_victim
 from policies.costmodel import CostModel
 
@@ -120,24 +123,38 @@ class ALISE(Policy):
         return self._next_review  # aged priorities may warrant a preemption by then
 
     def _review(self, ctx: DispatchContext) -> None:
+        """EWT and KV residency for the waiting jobs that hold KV (preempted or sliced);
+        one vectorised pass over the waiting set, no sort: it runs with thousands waiting."""
+        holders = [job for job in ctx.waiting if job.num_dispatches and job.executor_name]
+        if not holders:
+            return
         running = ctx.running_jobs()
         run_level = None
         if running:
             worst = max(self.remaining_s(job) for job in running)
             run_level = math.log2(max(worst, _MIN_TIME_S)) - math.log2(1.0 + self.params.margin)
-        waiters = [self._waiter(job, key, ctx) for _, key, job in ctx.waiting.ranked()]
-        estimate_waits(waiters, sum(self.remaining_s(job) for job in running),
-                       len(ctx.executors), run_level, self.age_threshold_s)
-        residency = plan_residency(waiters, self.params.max_resident_jobs, self.params.offload)
-        for w in waiters:
-            w.job.estimated_wait_s = w.ewt_s
-            w.job.kv_residency = residency.get(w.job.job_id)
-        self._work_s = {w.job.job_id: w.work_s for w in waiters}  # forget departed jobs
+        keyed = ctx.waiting.keyed()
+        classes = np.fromiter((c for c, _, _ in keyed), float, len(keyed))
+        keys = np.fromiter((k for _, k, _ in keyed), float, len(keyed))
+        work = np.fromiter((self._work_of(job) for _, _, job in keyed), float, len(keyed))
+        mine = [self.order_key(job) for job in holders]  # = their heap keys
+        running_s = sum(map(self.remaining_s, running))
+        ahead = np.array([running_s + work_ahead(classes, keys, work, job.priority, key)
+                          for job, key in zip(holders, mine, strict=True)])
+        levels = np.array(mine) - ctx.now / self.age_threshold_s
+        after = ctx.waiting.promote_after_s
+        promote_in = None if after is None else np.array(
+            [WaitQueue.wait_started(job) + after - ctx.now for job in holders])
+        ewt = estimate_waits(ahead, levels, promote_in, len(ctx.executors), run_level,
+                             self.age_threshold_s).tolist()
+        found = [Holder(job, level, wait) for job, level, wait in zip(
+            holders, levels.tolist(), ewt, strict=True)]
+        plan = plan_residency(found, self.params.max_resident_jobs, self.params.offload)
+        for h in found:
+            h.job.estimated_wait_s, h.job.kv_residency = h.ewt_s, plan[h.job.job_id]
+        if len(self._work_s) > 2 * len(keyed):  # forget jobs that left
+            self._work_s = {j.job_id: w for (_, _, j), w in zip(keyed, work.tolist(), strict=True)}
 
-    def _waiter(self, job: Job, key: float, ctx: DispatchContext) -> Waiter:
+    def _work_of(self, job: Job) -> float:
         work = self._work_s.get(job.job_id)
-        if work is None:
-            work = self.remaining_s(job)
-        promote_after = ctx.waiting.promote_after_s
-        promote_in = None if promote_after is None else job.enqueue_time + promote_after - ctx.now
-        return Waiter(job, key - ctx.now / self.age_threshold_s, work, promote_in)
+        return self.remaining_s(job) if work is None else work

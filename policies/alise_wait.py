@@ -5,6 +5,7 @@ prose:
 - Eq. 6: "for a job with priority p, the EWT is the sum of the execution times of jobs with
   higher priority". With several executors serving in parallel, that work drains
   `servers` times faster, and the work of running jobs is ahead of every waiting job.
+  The paper computes it for the jobs whose KV it must place (preempted ones); so do we.
 - Eq. 7: "due to aging (age threshold), we also need to compare the time needed to promote
   to the high-priority queue for execution": with virtual aging a job climbs one level
   (log2 of its remaining time) per age threshold; it runs once its aged level beats the
@@ -21,49 +22,56 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from daemon.core.job import Job, KVResidency
 
 
-@dataclass(slots=True)
-class Waiter:
-    job: Job
-    level: float  # effective (aged) priority level now: log2(remaining seconds) - wait/θ
-    work_s: float  # estimated remaining execution time, seconds
-    promote_in_s: float | None  # seconds until the core's aging promotes it; None = never
-    ewt_s: float = 0.0
+def work_ahead(classes: np.ndarray, keys: np.ndarray, work_s: np.ndarray, job_class: int,
+               job_key: float) -> float:
+    """Seconds of waiting work with higher priority than (job_class, job_key); O(n), in C."""
+    ahead = (classes < job_class) | ((classes == job_class) & (keys < job_key))
+    return float(work_s[ahead].sum())
 
 
-def estimate_waits(waiters: Sequence[Waiter], running_work_s: float, servers: int,
-                   run_level: float | None, age_threshold_s: float) -> None:
-    """Fill each waiter's ewt_s; `waiters` must be in priority order (best first).
+def estimate_waits(ahead_s: np.ndarray, levels: np.ndarray, promote_in_s: np.ndarray | None,
+                   servers: int, run_level: float | None, age_threshold_s: float) -> np.ndarray:
+    """EWT (s) per job, vectorised.
 
-    run_level: the aged level a waiter must reach to take a running job's place (None when
-    nothing runs: then only the work ahead counts).
+    ahead_s: work ahead of each job (running jobs' included); levels: their aged priority
+    levels now, log2(remaining s) - wait / threshold; promote_in_s: seconds until the core's
+    aging promotes each (None: no aging); run_level: the aged level a waiting job must reach
+    to take a running job's place (None when nothing runs: only the work ahead counts).
     """
-    ahead_s = running_work_s
-    for w in waiters:
-        ewt = ahead_s / max(servers, 1)
-        if run_level is not None:
-            ewt = min(ewt, max(w.level - run_level, 0.0) * age_threshold_s)
-        if w.promote_in_s is not None:
-            ewt = min(ewt, max(w.promote_in_s, 0.0))
-        w.ewt_s = ewt
-        ahead_s += w.work_s
+    ewt = ahead_s / max(servers, 1)
+    if run_level is not None:
+        ewt = np.minimum(ewt, np.maximum(levels - run_level, 0.0) * age_threshold_s)
+    if promote_in_s is not None:
+        ewt = np.minimum(ewt, np.maximum(promote_in_s, 0.0))
+    return ewt
 
 
-def plan_residency(waiters: Sequence[Waiter], limit_per_executor: int,
+@dataclass(slots=True, frozen=True)
+class Holder:
+    """A waiting job whose KV was computed before (preempted or sliced)."""
+
+    job: Job
+    level: float
+    ewt_s: float
+
+
+def plan_residency(holders: Sequence[Holder], limit_per_executor: int,
                    offload: bool) -> dict[str, KVResidency]:
-    """KEEP / OFFLOAD-or-DROP for each waiter whose KV was computed before (preempted or
-    sliced), by job id. Queues are whole priority levels, best first; EWT orders within."""
+    """KEEP / OFFLOAD-or-DROP per job id. Queues are whole priority levels, best first;
+    EWT orders jobs within one; each executor keeps at most `limit_per_executor`."""
     spill = KVResidency.OFFLOAD if offload else KVResidency.DROP
     used: dict[str, int] = {}
     decisions: dict[str, KVResidency] = {}
-    holders = [w for w in waiters if w.job.num_dispatches > 0 and w.job.executor_name]
-    for w in sorted(holders, key=lambda w: (math.floor(w.level), w.ewt_s)):
-        where = w.job.executor_name or ""
+    for h in sorted(holders, key=lambda h: (math.floor(h.level), h.ewt_s)):
+        where = h.job.executor_name or ""
         if used.get(where, 0) < limit_per_executor:
             used[where] = used.get(where, 0) + 1
-            decisions[w.job.job_id] = KVResidency.KEEP
+            decisions[h.job.job_id] = KVResidency.KEEP
         else:
-            decisions[w.job.job_id] = spill
+            decisions[h.job.job_id] = spill
     return decisions

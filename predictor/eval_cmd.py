@@ -18,6 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object only")
     p.add_argument("--limit", type=int, default=0,
                    help="score a fixed subset of N records (chosen by id hash; 0: all)")
+    p.add_argument("--online", action="store_true",
+                   help="observe each batch's true lengths after predicting it (retrieval "
+                        "learns online as in serving; the saved index is not touched)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
 
 
@@ -30,6 +33,6 @@ def run(args: argparse.Namespace) -> int:
         records.sort(key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())
         records = records[:args.limit]
     predictor = load_predictor(args.model)
-    result = report(predictor, read_manifest(predictor.path), records)
+    result = report(predictor, read_manifest(predictor.path), records, args.online)
     print(json.dumps(result, indent=None if args.json else 1))
     return 0

@@ -17,10 +17,16 @@ from predictor.text import render
 LONG_PROMPT_CHARS = 3000  # comfortably over 512 encoder tokens (~4-5 chars per word piece)
 
 
-def predict_all(predictor: Predictor, inputs: list[PredictInput], batch: int = 64) -> np.ndarray:
+def predict_all(predictor: Predictor, inputs: list[PredictInput], true: np.ndarray,
+                online: bool, batch: int = 64) -> np.ndarray:
+    """online: after each batch, feed its true lengths back (as the daemon does on completion)."""
     out: list[float] = []
     for start in tqdm(range(0, len(inputs), batch), desc="predict", unit="batch", mininterval=5):
-        out.extend(predictor.predict(inputs[start:start + batch]))
+        part = inputs[start:start + batch]
+        out.extend(predictor.predict(part))
+        if online:
+            for inp, tokens in zip(part, true[start:start + batch]):
+                predictor.observe(inp, int(tokens))
     return np.asarray(out, dtype=np.float64)
 
 
@@ -43,11 +49,12 @@ def latency(predictor: Predictor, inputs: list[PredictInput]) -> dict[str, float
     return report
 
 
-def report(predictor: Predictor, manifest: Manifest, records: list[Record]) -> dict[str, Any]:
+def report(predictor: Predictor, manifest: Manifest, records: list[Record],
+           online: bool = False) -> dict[str, Any]:
     inputs = [PredictInput.from_record(r) for r in records]
     true = np.asarray([r.output_tokens for r in records], np.float64)
-    result: dict[str, Any] = {"kind": predictor.kind}
-    result.update(quality(predict_all(predictor, inputs), true, manifest.quintiles))
+    result: dict[str, Any] = {"kind": predictor.kind, "online": online}
+    result.update(quality(predict_all(predictor, inputs, true, online), true, manifest.quintiles))
     result.update(latency(predictor, inputs))
     result["baselines"] = baselines(manifest, records, true)
     extra = getattr(predictor, "eval_extra", None)

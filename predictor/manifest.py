@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from predictor.model import NetConfig  # noqa: E402
+from predictor.model import NetConfig
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -29,6 +29,7 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True):
     top_k: int = 8  # retrieval
     min_similarity: float = 0.9  # retrieval: neighbours below this are ignored
     min_neighbours: int = 1  # retrieval: fewer hits than this -> proxy fallback
+    neighbour_weight: float = 1.0  # retrieval: weight of the neighbours vs the proxy on a hit
     fallback: str = ""  # retrieval: sub-folder holding the proxy used on a miss
     seed: int = 0
     train_seconds: float = 0.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.stats import kendalltau
 
@@ -18,12 +20,12 @@ def quality(pred: np.ndarray, true: np.ndarray, bounds: list[float]) -> dict[str
     var = float(np.var(true))
     tau = kendalltau(pred, true).statistic if len(true) > 1 else float("nan")
     return {
-        "n": int(len(true)),
+        "n": len(true),
         "mae": float(np.mean(np.abs(err))),
         "rmse": float(np.sqrt(np.mean(err**2))),
         "r2": float(1.0 - np.mean(err**2) / var) if var > 0 else float("nan"),
         "acc5": float(np.mean(np.digitize(pred, bounds) == np.digitize(true, bounds))),
-        "kendall_tau": float(tau) if tau == tau else 0.0,  # constant predictions -> nan -> 0
+        "kendall_tau": 0.0 if math.isnan(tau) else float(tau),  # constant predictions: nan
     }
 
 

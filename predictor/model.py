@@ -34,6 +34,10 @@ class NetInput:
 class LengthNet(nn.Module):
     """Bags (prompt, history, partial answer) + numerics + embedding -> MLP -> log1p(tokens)."""
 
+    num_mean: torch.Tensor
+    num_std: torch.Tensor
+    target_bias: torch.Tensor
+
     def __init__(self, cfg: NetConfig) -> None:
         super().__init__()
         self.cfg = cfg

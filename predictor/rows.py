@@ -24,7 +24,7 @@ class FeatureRows:
     def __len__(self) -> int:
         return len(self.prompt_bags)
 
-    def batch(self, idx: Sequence[int]) -> NetInput:
+    def batch(self, idx: Sequence[int] | np.ndarray) -> NetInput:
         p_ids, p_off = _flat([self.prompt_bags[i] for i in idx])
         h_ids, h_off = _flat([self.hist_bags[i] for i in idx])
         x = NetInput(prompt_ids=p_ids, prompt_offsets=p_off, hist_ids=h_ids, hist_offsets=h_off,

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
+from predictor.records import Message
 
-class Turn(Protocol):
-    role: str
-    content: str
+Turn = Message  # one chat turn (role, content)
 
 
 def render(messages: Sequence[Turn]) -> str:

@@ -10,8 +10,7 @@ import msgspec
 import numpy as np
 from tqdm import tqdm
 
-from predictor.dataset import (TrainData, attach_embeddings, chars_per_token, lengths,
-                               rendered)
+from predictor.dataset import TrainData, attach_embeddings, chars_per_token, lengths, rendered
 from predictor.encoder import TextEncoder
 from predictor.features import NUMERIC_NAMES, BagTokenizer
 from predictor.manifest import Manifest, write_manifest

@@ -3,8 +3,10 @@ training requests keyed by the proxy's penultimate activations, threshold tuned 
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -13,18 +15,19 @@ import numpy as np
 from predictor.api import PredictInput
 from predictor.dataset import TrainData, lengths
 from predictor.index import VectorIndex
+from predictor.keys import LexicalKeyer, fit_idf
 from predictor.manifest import Manifest, read_manifest, write_manifest
 from predictor.metrics import quality
 from predictor.persist import atomic_write
 from predictor.proxy import ProxyPredictor
-from predictor.keys import LexicalKeyer, fit_idf
-from predictor.retrieval import IDF_FILE, INDEX_FILE, neighbour_estimate
+from predictor.retrieval import IDF_FILE, INDEX_FILE, blend, neighbour_estimate
 from predictor.train_proxy import ProxyOptions, train_proxy
 from predictor.trainer import TrainConfig
 
 PROXY_DIR = "proxy"
-THRESHOLDS = (0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
-TOP_KS = (1, 4, 8)
+THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+TOP_KS = (1, 2, 4, 8)
+WEIGHTS = (0.5, 0.75, 1.0)
 
 
 def keys_of(keyer: LexicalKeyer, records, batch: int = 512) -> np.ndarray:
@@ -37,18 +40,26 @@ def proxy_predictions(proxy: ProxyPredictor, records, batch: int = 512) -> np.nd
                        proxy.predict([PredictInput.from_record(r) for r in records[s:s + batch]])])
 
 
+@dataclass(slots=True)
+class Tuned:
+    top_k: int
+    min_similarity: float
+    neighbour_weight: float
+    dev: dict[str, float]
+
+
 def tune(index: VectorIndex, dev_keys: np.ndarray, dev_fallback: np.ndarray, dev_y: np.ndarray,
-         bounds: list[float]) -> tuple[int, float, dict[str, float]]:
-    """Grid over (k, threshold) on dev, best Kendall tau (what SJF needs)."""
-    best: tuple[int, float, dict[str, float]] | None = None
+         bounds: list[float]) -> Tuned:
+    """Grid over (k, threshold, blend weight) on dev; best Kendall tau (what SJF needs)."""
+    best: Tuned | None = None
     for k in TOP_KS:
         sims, lens = index.search(dev_keys, k)
-        for thr in THRESHOLDS:
+        for thr, weight in itertools.product(THRESHOLDS, WEIGHTS):
             hit, est = neighbour_estimate(sims, lens, thr, 1)
-            pred = np.where(hit, np.maximum(est, 1.0), dev_fallback)
+            pred = np.where(hit, blend(est, dev_fallback, weight), dev_fallback)
             m = quality(pred, dev_y, bounds) | {"hit_rate": float(hit.mean())}
-            if best is None or m["kendall_tau"] > best[2]["kendall_tau"]:
-                best = (k, thr, m)
+            if best is None or m["kendall_tau"] > best.dev["kendall_tau"]:
+                best = Tuned(k, thr, weight, m)
     assert best is not None
     return best
 
@@ -69,10 +80,11 @@ def train_retrieval(data: TrainData, opts: ProxyOptions, tc: TrainConfig, out: P
     index = VectorIndex(keyer.dim)
     index.add(keys_of(keyer, data.train), lengths(data.train))
     dev_keys, dev_fallback = keys_of(keyer, data.dev), proxy_predictions(proxy, data.dev)
-    k, thr, dev = tune(index, dev_keys, dev_fallback, lengths(data.dev), proxy_manifest.quintiles)
+    tuned = tune(index, dev_keys, dev_fallback, lengths(data.dev), proxy_manifest.quintiles)
     atomic_write(out / INDEX_FILE, index.to_bytes())
     manifest = msgspec.structs.replace(
-        proxy_manifest, kind="retrieval", net=None, fallback=PROXY_DIR, top_k=k,
-        min_similarity=thr, dev_metrics=dev, train_seconds=time.perf_counter() - t0)
+        proxy_manifest, kind="retrieval", net=None, fallback=PROXY_DIR, top_k=tuned.top_k,
+        min_similarity=tuned.min_similarity, neighbour_weight=tuned.neighbour_weight,
+        dev_metrics=tuned.dev, train_seconds=time.perf_counter() - t0)
     write_manifest(out, manifest)
     return manifest

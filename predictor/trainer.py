@@ -20,7 +20,7 @@ class TrainConfig:
     batch_size: int = 256
     lr: float = 2e-3
     weight_decay: float = 1e-4
-    rank_weight: float = 0.5
+    rank_weight: float = 0.0
     seed: int = 0
 
 

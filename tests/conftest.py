@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,30 @@ def smollm2_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonP
     try:
         daemon.wait_ready()
         yield daemon
+    finally:
+        code = daemon.stop()
+        assert code == 0, daemon.log()
+
+
+@pytest.fixture(scope="session")
+def policy_daemon(tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[Callable[[str], DaemonProcess]]:
+    """One real daemon (vLLM, tiny model, float32 so batching cannot flip a greedy token,
+    max_running=2 so requests queue); the factory switches its policy by SIGHUP reload."""
+    _require(TINY)
+    folder = tmp_path_factory.mktemp("policy-daemon")
+    config = folder / "lengthwise.toml"
+    config.write_text(config_text(TINY, free_port(), max_running=2, max_num_seqs=4,
+                                  dtype="float32"))
+    daemon = DaemonProcess(config, folder / "daemon.log")
+
+    def switch(policy: str) -> DaemonProcess:
+        daemon.reload_policy(policy)
+        return daemon
+
+    try:
+        daemon.wait_ready()
+        yield switch
     finally:
         code = daemon.stop()
         assert code == 0, daemon.log()

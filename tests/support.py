@@ -26,13 +26,14 @@ def free_port() -> int:
 
 def config_text(model: Path, port: int, *, engine_kind: str = "vllm", max_running: int = 4,
                 max_num_seqs: int = 4, drain_timeout_s: float = 30.0, policy: str = "fcfs",
-                extra: str = "") -> str:
+                dtype: str = "auto", extra: str = "") -> str:
     return f"""
 [server]
 port = {port}
 [model]
 path = "{model}"
 max_model_len = 2048
+dtype = "{dtype}"
 [engine]
 kind = "{engine_kind}"
 max_num_seqs = {max_num_seqs}
@@ -78,6 +79,20 @@ class DaemonProcess:
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
+    def reload_policy(self, policy: str, timeout_s: float = 30.0) -> None:
+        """Rewrite the config's policy and SIGHUP; return once the daemon runs it."""
+        text = self.config_path.read_text()
+        head, tail = text.split('policy = "', 1)
+        self.config_path.write_text(head + f'policy = "{policy}' + tail[tail.index('"'):])
+        marker = f"(policy {policy},"
+        seen = self.log().count(marker)
+        self.signal(signal.SIGHUP)
+        deadline = time.monotonic() + timeout_s
+        while self.log().count(marker) <= seen:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reload to {policy} not seen:\n{self.log()}")
+            time.sleep(0.1)
+
     def stop(self, timeout_s: float = 60.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -92,7 +107,7 @@ class DaemonProcess:
     def log(self) -> str:
         if not self._log.closed:
             self._log.flush()
-        return self.log_path.read_text(errors="replace")[-6000:]
+        return self.log_path.read_text(errors="replace")[-20000:]
 
     def metric(self, name: str, labels: str = "") -> float:
         """Sum of a metric's samples whose line starts with name{labels."""

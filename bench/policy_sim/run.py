@@ -46,7 +46,7 @@ class Outcome:
     preemptions: int
     budget_yields: int
     repredictions: int
-    rounds: list[tuple[int, float]]  # (waiting jobs at the round, wall seconds it took)
+    rounds: list[tuple[int, float, float]]  # (waiting jobs, wall s, thread CPU s) per round
     wall_s: float
 
 
@@ -108,15 +108,17 @@ async def _simulate(policy: str, requests: Sequence[Request], setup: SimSetup) -
     return _outcome(policy, jobs, sched, rounds, time.perf_counter() - started)
 
 
-def _time_rounds(sched: Scheduler) -> list[tuple[int, float]]:
-    rounds: list[tuple[int, float]] = []
+def _time_rounds(sched: Scheduler) -> list[tuple[int, float, float]]:
+    """Wall and CPU time of every decision round: on a shared machine wall time also counts
+    time the process was not running; the thread's CPU time does not (GC is in both)."""
+    rounds: list[tuple[int, float, float]] = []
     inner = sched.dispatch
 
     def timed() -> None:
         waiting = len(sched.waiting)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         inner()
-        rounds.append((waiting, time.perf_counter() - t0))
+        rounds.append((waiting, time.perf_counter() - t0, time.thread_time() - c0))
 
     sched.dispatch = timed  # type: ignore[method-assign]
     return rounds
@@ -140,7 +142,7 @@ async def _feed(sched: Scheduler, jobs: Sequence[Job]) -> None:
 
 
 def _outcome(policy: str, jobs: Sequence[Job], sched: Scheduler,
-             rounds: list[tuple[int, float]], wall_s: float) -> Outcome:
+             rounds: list[tuple[int, float, float]], wall_s: float) -> Outcome:
     done = [j for j in jobs if j.status is JobStatus.FINISHED]
     if len(done) != len(jobs):
         raise RuntimeError(f"{policy}: {len(jobs) - len(done)} jobs did not finish")

@@ -74,10 +74,10 @@ class WaitQueue:
                 out.append(entry[3])
         return out
 
-    def ranked(self) -> list[tuple[int, float, Job]]:
-        """(class, key, job) of every waiting job in heap order (aging aside); O(n log n)."""
-        return [(prio, key, job) for prio, key, _, job in sorted(
-            entry for entry in self._heap if self._is_live(entry[2], entry[3]))]
+    def keyed(self) -> list[tuple[int, float, Job]]:
+        """(class, policy key, job) of every waiting job, in no particular order; O(n)."""
+        return [(prio, key, job) for prio, key, seq, job in self._heap
+                if self._is_live(seq, job)]
 
     def update(self, job: Job) -> None:
         """Re-key one waiting job (its prediction changed); its total wait is kept."""

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from daemon.config import ALISEConfig, PoliciesConfig, SimConfig
 from daemon.core.job import JobStatus, KVResidency
 from policies.alise import ALISE
-from policies.alise_wait import Waiter, estimate_waits, plan_residency
+from policies.alise_wait import Holder, estimate_waits, plan_residency, work_ahead
 from policies.costmodel import CostModel
 from tests.policies import harness
 from tests.policies.fakes import FakeExecutor, context, job
@@ -70,34 +71,34 @@ def test_preemption_counts_the_victims_resume_cost() -> None:
 
 
 def test_estimated_wait_is_work_ahead_capped_by_aging() -> None:
-    jobs = [job(f"w{i}") for i in range(3)]
-    waiters = [Waiter(jobs[0], 1.0, 2.0, None), Waiter(jobs[1], 2.0, 4.0, None),
-               Waiter(jobs[2], 6.0, 1.0, 1.5)]
-    estimate_waits(waiters, running_work_s=6.0, servers=2, run_level=3.0, age_threshold_s=10.0)
-    # w0: 6 s of running work on 2 servers; its level already beats the bar -> 0 by aging.
-    assert waiters[0].ewt_s == 0.0
-    assert waiters[1].ewt_s == 0.0
-    # w2: work ahead (6 + 2 + 4) / 2 = 6 s; aging needs (6 - 3) * 10 = 30 s; hard aging 1.5 s.
-    assert waiters[2].ewt_s == pytest.approx(1.5)
-    waiters[2].promote_in_s = None
-    estimate_waits(waiters, 6.0, 2, None, 10.0)
-    assert [w.ewt_s for w in waiters] == pytest.approx([3.0, 4.0, 6.0])
+    classes = np.array([0.0, 0.0, 0.0, 1.0])
+    keys = np.array([1.0, 2.0, 6.0, 0.5])
+    work = np.array([2.0, 4.0, 1.0, 8.0])
+    assert work_ahead(classes, keys, work, 0, 6.0) == 6.0  # the two better keys of class 0
+    assert work_ahead(classes, keys, work, 1, 0.6) == 15.0  # all of class 0, then 0.5 < 0.6
+    ahead = np.array([6.0, 8.0, 12.0])  # running 6 s + the waiting work ahead of each
+    levels = np.array([1.0, 2.0, 6.0])
+    promote_in = np.array([50.0, 50.0, 1.5])
+    # Levels 1 and 2 are already at or below the bar (3.0): aging puts them next -> 0.
+    # The third: work ahead 12 / 2 servers = 6 s; aging (6 - 3) x 10 = 30 s; hard 1.5 s.
+    ewt = estimate_waits(ahead, levels, promote_in, servers=2, run_level=3.0,
+                         age_threshold_s=10.0)
+    assert ewt.tolist() == pytest.approx([0.0, 0.0, 1.5])
+    ewt = estimate_waits(ahead, levels, None, 2, None, 10.0)
+    assert ewt.tolist() == pytest.approx([3.0, 4.0, 6.0])  # only the work ahead
 
 
 def test_residency_keeps_up_to_the_limit_per_executor() -> None:
-    def held(jid: str, where: str, level: float, ewt: float) -> Waiter:
-        w = Waiter(job(jid, executor=where, dispatches=1, generated=5), level, 1.0, None)
-        w.ewt_s = ewt
-        return w
+    def held(jid: str, where: str, level: float, ewt: float) -> Holder:
+        return Holder(job(jid, executor=where, dispatches=1, generated=5), level, ewt)
 
-    waiters = [held("a", "sim0", 3.5, 9.0), held("b", "sim0", 2.2, 5.0),
-               held("c", "sim0", 2.9, 1.0), held("d", "sim1", 7.0, 0.0),
-               Waiter(job("fresh"), 0.0, 1.0, None)]
-    plan = plan_residency(waiters, limit_per_executor=2, offload=False)
+    holders = [held("a", "sim0", 3.5, 9.0), held("b", "sim0", 2.2, 5.0),
+               held("c", "sim0", 2.9, 1.0), held("d", "sim1", 7.0, 0.0)]
+    plan = plan_residency(holders, limit_per_executor=2, offload=False)
     # sim0: level 2 (b, c by EWT: c first) fills the limit; a (level 3) is dropped.
     assert plan == {"c": KVResidency.KEEP, "b": KVResidency.KEEP, "a": KVResidency.DROP,
                     "d": KVResidency.KEEP}
-    assert plan_residency(waiters, 1, offload=True)["b"] is KVResidency.OFFLOAD
+    assert plan_residency(holders, 1, offload=True)["b"] is KVResidency.OFFLOAD
 
 
 def test_review_sets_ewt_and_residency_and_placement_follows_kept_kv() -> None:
@@ -109,9 +110,9 @@ def test_review_sets_ewt_and_residency_and_placement_follows_kept_kv() -> None:
     ex1 = FakeExecutor("sim1", max_running=1)
     ctx = context(policy, [*preempted, fresh], [ex0, ex1], now=1.0, promote_after_s=60.0)
     assert policy.after_round(ctx) == pytest.approx(1.0 + ALISEConfig().review_interval_s)
-    assert all(j.estimated_wait_s is not None for j in [*preempted, fresh])
+    assert all(j.estimated_wait_s is not None for j in preempted)
     assert [j.kv_residency for j in preempted] == [KVResidency.KEEP, KVResidency.DROP]
-    assert fresh.kv_residency is None
+    assert fresh.kv_residency is None and fresh.estimated_wait_s is None  # holds no KV
     assert policy.choose_executor(preempted[0], [ex0, ex1]) is ex1
     ex1.admit(job("busy", predicted=900.0))
     ex0.running.clear()

@@ -22,7 +22,7 @@ from tests.policies.harness import Spec
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_waitqueue_best_update_ranked_and_promotion() -> None:
+def test_waitqueue_best_update_keyed_and_promotion() -> None:
     queue = WaitQueue(SSJF().order_key, promote_after_s=10.0)
     jobs = [job(f"j{i}", predicted=p, enqueue=float(i)) for i, p in enumerate([50, 10, 30, 20])]
     for j in jobs:
@@ -32,7 +32,8 @@ def test_waitqueue_best_update_ranked_and_promotion() -> None:
     assert queue.promotion_due() == 10.0
     jobs[0].predicted_output_tokens = 1.0
     queue.update(jobs[0])
-    assert [j.job_id for _, _, j in queue.ranked()] == ["j0", "j1", "j3", "j2"]
+    assert [j.job_id for _, _, j in sorted(queue.keyed(), key=lambda e: e[:2])] == [
+        "j0", "j1", "j3", "j2"]
     assert [j.job_id for j in queue] == ["j0", "j1", "j2", "j3"]  # age order unchanged
     assert queue.pop(5.0) is jobs[0] and len(queue) == 3 and queue.best(5.0, 9)[0] is jobs[1]
     queue.update(jobs[0])  # not waiting any more: ignored

@@ -54,5 +54,5 @@ def test_policy_serves_concurrent_streams_exactly_as_alone(request: pytest.Fixtu
                                  zip(PROMPTS, MAX_TOKENS, strict=True)))
     assert together == alone
     assert all(reason == "length" and text for text, reason in together)
-    finished = daemon.metric("lengthwise_jobs_finished")
+    finished = daemon.metric("lengthwise_jobs_finished_total")
     assert finished >= 2 * len(PROMPTS)

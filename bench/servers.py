@@ -1,0 +1,125 @@
+"""The systems `bench compare` starts in turn: vLLM's own OpenAI server (FCFS or priority)
+and lengthwise with one policy, on the same model, engine settings and max_num_seqs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+
+
+class System(msgspec.Struct, frozen=True):
+    spec: str  # as given: vllm | vllm-priority | lengthwise:POLICY
+    kind: str  # "vllm" | "lengthwise"
+    policy: str  # lengthwise policy, or vLLM's scheduling policy
+    # What the client sends as `priority`: vLLM's priority scheduler has no predictor, so
+    # it gets the true length as priority (an oracle hint: its best case).
+    client_priority: str
+
+
+def parse_system(spec: str) -> System:
+    if spec == "vllm":
+        return System(spec, "vllm", "fcfs", "none")
+    if spec == "vllm-priority":
+        return System(spec, "vllm", "priority", "length")
+    kind, _, policy = spec.partition(":")
+    if kind == "lengthwise" and policy:
+        return System(spec, "lengthwise", policy, "none")
+    raise ValueError(f"unknown system {spec!r}: vllm | vllm-priority | lengthwise:POLICY")
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    model: Path
+    max_num_seqs: int = 4
+    max_model_len: int = 2048
+    kv_gib: int = 1
+    extra_toml: str = ""  # appended to every lengthwise config ([predictor] path, ...)
+    startup_timeout_s: float = 300.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _lengthwise_config(system: System, s: Settings, port: int) -> str:
+    return f"""
+[server]
+port = {port}
+[model]
+path = "{s.model}"
+max_model_len = {s.max_model_len}
+[engine]
+kind = "vllm"
+max_num_seqs = {s.max_num_seqs}
+cpu_kv_cache_gib = {s.kv_gib}
+[scheduler]
+policy = "{system.policy}"
+max_running = {s.max_num_seqs}
+max_waiting = 100000
+{s.extra_toml}
+"""
+
+
+def _command(system: System, s: Settings, port: int, workdir: Path) -> list[str]:
+    if system.kind == "lengthwise":
+        config = workdir / f"lengthwise-{system.policy}.toml"
+        config.write_text(_lengthwise_config(system, s, port))
+        return [str(Path(sys.executable).parent / "lengthwise"), "serve", "--config", str(config)]
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(s.model),
+           "--max-num-seqs", str(s.max_num_seqs), "--max-model-len", str(s.max_model_len),
+           "--enforce-eager", "--port", str(port), "--host", "127.0.0.1",
+           "--served-model-name", s.model.name]
+    if system.policy == "priority":
+        cmd += ["--scheduling-policy", "priority"]
+    return cmd
+
+
+class Server:
+    """One system in a subprocess (its own process group: vLLM spawns an engine process)."""
+
+    def __init__(self, system: System, settings: Settings, workdir: Path) -> None:
+        self.port = _free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / f"{system.spec.replace(':', '-')}.log"
+        self._log = open(self.log_path, "wb")
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_gib),
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.proc = subprocess.Popen(_command(system, settings, self.port, workdir),
+                                     stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        self.timeout_s = settings.startup_timeout_s
+
+    def wait_ready(self) -> float:
+        """Seconds until /health answers 200 and a model is listed."""
+        started = time.monotonic()
+        while time.monotonic() - started < self.timeout_s:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}; "
+                                   f"see {self.log_path}")
+            try:
+                if (httpx.get(self.base_url + "/health", timeout=2).status_code == 200
+                        and httpx.get(self.base_url + "/v1/models", timeout=2).is_success):
+                    return time.monotonic() - started
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"server not ready after {self.timeout_s} s; see {self.log_path}")
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()

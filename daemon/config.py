@@ -22,7 +22,7 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     pass
 
 
-class ServerConfig(_Section):
+class ServerConfig(_Section, frozen=True):
     host: str = "127.0.0.1"
     port: int = 8000
     # Largest accepted request body, bytes; bigger bodies get 413 before decoding.
@@ -31,7 +31,7 @@ class ServerConfig(_Section):
     graceful_timeout_s: float = 5.0
 
 
-class ModelConfig(_Section):
+class ModelConfig(_Section, frozen=True):
     # Folder with a HF-format model (config.json, weights, tokenizer). Relative paths are
     # resolved against the working directory.
     path: str = "models/smollm2-135m-instruct"
@@ -47,7 +47,7 @@ class ModelConfig(_Section):
         return self.served_name or Path(self.path).name
 
 
-class EngineConfig(_Section):
+class EngineConfig(_Section, frozen=True):
     # Which executor runs jobs: the real vLLM engine or the cost-model simulator.
     kind: Literal["vllm", "sim"] = "vllm"
     # One executor per entry; for vLLM on a GPU host use "cuda:0", "cuda:1", ...
@@ -66,7 +66,7 @@ class EngineConfig(_Section):
     startup_timeout_s: float = 600.0
 
 
-class AgingConfig(_Section):
+class AgingConfig(_Section, frozen=True):
     # A job that has waited this many seconds in total (all its waits: first, and after
     # each preemption or slice) is promoted ahead of every non-promoted job, longest wait
     # first, and is no longer preempted: this bounds every wait whatever the policy prefers.
@@ -74,7 +74,7 @@ class AgingConfig(_Section):
     enabled: bool = True
 
 
-class SchedulerConfig(_Section):
+class SchedulerConfig(_Section, frozen=True):
     # Policy name from the registry in policies/: fcfs, ssjf, isrtf, alise, scls,
     # oracle-sjf, oracle-srpt (oracles need true lengths: benchmarks only).
     policy: str = "fcfs"
@@ -86,7 +86,7 @@ class SchedulerConfig(_Section):
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
 
-class ISRTFConfig(_Section):
+class ISRTFConfig(_Section, frozen=True):
     """[policies.isrtf]: iterative shortest remaining time first (ELIS), also oracle-srpt."""
 
     # Remaining length is re-predicted every this many generated tokens (ELIS's window).
@@ -100,7 +100,7 @@ class ISRTFConfig(_Section):
     repredict_timeout_s: float = 1.0
 
 
-class ALISEConfig(_Section):
+class ALISEConfig(_Section, frozen=True):
     """[policies.alise]: priority on estimated remaining execution time (ALISE)."""
 
     # Virtual aging: a waiting job's effective remaining time halves (it climbs one priority
@@ -123,7 +123,7 @@ class ALISEConfig(_Section):
     review_interval_s: float = 0.5
 
 
-class SCLSConfig(_Section):
+class SCLSConfig(_Section, frozen=True):
     """[policies.scls]: slice-level scheduling (SCLS)."""
 
     # Most tokens one dispatch runs before the job returns to the pool (the slice S).
@@ -136,7 +136,7 @@ class SCLSConfig(_Section):
     kv_capacity_tokens: int = 0
 
 
-class PoliciesConfig(_Section):
+class PoliciesConfig(_Section, frozen=True):
     """Per-policy parameters; only the section of the active policy is read."""
 
     isrtf: ISRTFConfig = msgspec.field(default_factory=ISRTFConfig)
@@ -144,14 +144,14 @@ class PoliciesConfig(_Section):
     scls: SCLSConfig = msgspec.field(default_factory=SCLSConfig)
 
 
-class LimitsConfig(_Section):
+class LimitsConfig(_Section, frozen=True):
     # Output cap when the request names none; 0 means "the rest of the context".
     default_max_tokens: int = 0
     # Seconds SIGTERM lets running and waiting jobs finish before they are aborted.
     drain_timeout_s: float = 30.0
 
 
-class SimConfig(_Section):
+class SimConfig(_Section, frozen=True):
     """Cost model of the simulated executor (seconds). `lengthwise profile` fits these."""
 
     prefill_base_s: float = 0.004
@@ -163,7 +163,7 @@ class SimConfig(_Section):
     vocab_size: int = 49152
 
 
-class PredictorConfig(_Section):
+class PredictorConfig(_Section, frozen=True):
     # Folder of a trained predictor (`lengthwise predictor train --out DIR`); "" = the small
     # proxy shipped with lengthwise; "none" = no prediction (every job gets the fallback).
     path: str = ""
@@ -182,11 +182,11 @@ class PredictorConfig(_Section):
     request_log: str = ""
 
 
-class LogConfig(_Section):
+class LogConfig(_Section, frozen=True):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
-class Config(_Section):
+class Config(_Section, frozen=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     model: ModelConfig = msgspec.field(default_factory=ModelConfig)
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)

@@ -50,7 +50,7 @@ def prepare_smollm2(out: Path) -> None:
     config.dtype = torch.bfloat16
     model = LlamaForCausalLM(config)
     model.load_state_dict(loaded.state_dict())
-    model = model.to(torch.bfloat16)
+    model = model.bfloat16()
     model.generation_config = loaded.generation_config
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -72,7 +72,7 @@ def build_tiny(out: Path, tokenizer_dir: Path, seed: int = 0) -> None:
         max_position_embeddings=4096, tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
     )
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config).bfloat16()
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,7 +102,7 @@ class Predictions:
             self._worker = asyncio.create_task(self._run_batches(), name="predictor")
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.config.timeout_s)
-        except Exception:  # timeout or predictor error: a worse order, never a lost job
+        except Exception:  # noqa: BLE001 - timeout or predictor error: worse order, no lost job
             self.stats.fallbacks += 1
             return self.fallback_tokens
 
@@ -116,7 +115,7 @@ class Predictions:
             try:
                 values = await loop.run_in_executor(self._pool, self.predictor.predict,
                                                     [p.inp for p in batch])
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - reported to every waiter below
                 log.warning("prediction of %d jobs failed: %s", len(batch), exc)
                 for p in batch:
                     if not p.future.done():

@@ -19,7 +19,7 @@ class Tokenizer:
         try:
             ids = self._tok.apply_chat_template(messages, add_generation_prompt=True,
                                                 tokenize=True)
-        except Exception as exc:  # jinja raises for messages the template refuses
+        except Exception as exc:  # noqa: BLE001 - jinja raises many types for refused messages
             raise TemplateError(f"chat template rejected the messages: {exc}") from None
         if not isinstance(ids, list):  # some versions return a BatchEncoding
             ids = ids["input_ids"]

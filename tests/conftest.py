@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,14 +14,13 @@ def _require(model: Path) -> None:
         pytest.fail(f"{model} is missing: run `make models` (make test does it)")
 
 
-@pytest.fixture(scope="session")
-def smollm2_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    """The real daemon on the real vLLM engine and the default model, once per run."""
-    _require(SMOLLM2)
-    folder = tmp_path_factory.mktemp("smollm2-daemon")
-    config = folder / "lengthwise.toml"
-    config.write_text(config_text(SMOLLM2, free_port(), max_running=4, max_num_seqs=8))
-    daemon = DaemonProcess(config, folder / "daemon.log")
+@contextlib.contextmanager
+def _running(folder: Path, model: Path, **config: object) -> Iterator[DaemonProcess]:
+    """A ready daemon for the block; it must then stop cleanly (exit 0)."""
+    _require(model)
+    path = folder / "lengthwise.toml"
+    path.write_text(config_text(model, free_port(), **config))  # type: ignore[arg-type]
+    daemon = DaemonProcess(path, folder / "daemon.log")
     try:
         daemon.wait_ready()
         yield daemon
@@ -30,27 +30,26 @@ def smollm2_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonP
 
 
 @pytest.fixture(scope="session")
+def smollm2_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    """The real daemon on the real vLLM engine and the default model, once per run."""
+    with _running(tmp_path_factory.mktemp("smollm2-daemon"), SMOLLM2, max_running=4,
+                  max_num_seqs=8) as daemon:
+        yield daemon
+
+
+@pytest.fixture(scope="session")
 def policy_daemon(tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[Callable[[str], DaemonProcess]]:
     """One real daemon (vLLM, tiny model, float32 so batching cannot flip a greedy token,
     max_running=2 so requests queue); the factory switches its policy by SIGHUP reload."""
-    _require(TINY)
-    folder = tmp_path_factory.mktemp("policy-daemon")
-    config = folder / "lengthwise.toml"
-    config.write_text(config_text(TINY, free_port(), max_running=2, max_num_seqs=4,
-                                  dtype="float32"))
-    daemon = DaemonProcess(config, folder / "daemon.log")
 
     def switch(policy: str) -> DaemonProcess:
         daemon.reload_policy(policy)
         return daemon
 
-    try:
-        daemon.wait_ready()
+    with _running(tmp_path_factory.mktemp("policy-daemon"), TINY, max_running=2,
+                  max_num_seqs=4, dtype="float32") as daemon:
         yield switch
-    finally:
-        code = daemon.stop()
-        assert code == 0, daemon.log()
 
 
 @pytest.fixture(scope="session")

@@ -56,7 +56,7 @@ class DaemonProcess:
         text = config_path.read_text()
         self.port = int(text.split("port = ", 1)[1].split()[0])
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
             [str(LENGTHWISE), "serve", "--config", str(config_path)],
             stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,

@@ -78,7 +78,8 @@ class Executor(abc.ABC):
             job.stop_request = why
 
     async def _drive(self, job: Job, budget: int, engine_priority: int) -> None:
-        outcome, detail = Outcome.FAILED, "internal error"
+        outcome: Outcome = Outcome.FAILED
+        detail: str | None = "internal error"
         try:
             reason = await self._generate(job, budget, engine_priority)
             outcome, detail = self._classify(job, reason)

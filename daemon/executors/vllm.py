@@ -31,18 +31,18 @@ class VLLMExecutor(Executor):
         from vllm.engine.arg_utils import AsyncEngineArgs
 
         model, engine = self._config.model, self._config.engine
-        kwargs: dict[str, Any] = dict(
-            model=model.path,
-            served_model_name=model.name,
-            dtype=model.dtype,
-            max_num_seqs=engine.max_num_seqs,
-            enforce_eager=engine.enforce_eager,
-            enable_prefix_caching=engine.enable_prefix_caching,
+        kwargs: dict[str, Any] = {
+            "model": model.path,
+            "served_model_name": model.name,
+            "dtype": model.dtype,
+            "max_num_seqs": engine.max_num_seqs,
+            "enforce_eager": engine.enforce_eager,
+            "enable_prefix_caching": engine.enable_prefix_caching,
             # vLLM's own queue only reorders what lengthwise admitted; keep its preemption
             # victim choice in line with ours.
-            scheduling_policy="priority",
-            disable_log_stats=True,
-        )
+            "scheduling_policy": "priority",
+            "disable_log_stats": True,
+        }
         if model.max_model_len:
             kwargs["max_model_len"] = model.max_model_len
         if self.device.startswith("cuda"):

@@ -14,10 +14,24 @@ from daemon.core.job import Job, JobEnd, TokenDelta
 from daemon.core.scheduler import NotAccepting, QueueFull
 from daemon.http import translate
 from daemon.http.errors import ApiError
-from daemon.http.schemas import (ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
-                                 ChatCompletionRequest, ChatMessageOut, Completion,
-                                 CompletionChoice, CompletionRequest, Delta, ErrorBody,
-                                 ErrorInfo, ModelCard, ModelList, SamplingFields, Usage)
+from daemon.http.schemas import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatMessageOut,
+    Completion,
+    CompletionChoice,
+    CompletionRequest,
+    Delta,
+    ErrorBody,
+    ErrorInfo,
+    ModelCard,
+    ModelList,
+    SamplingFields,
+    Usage,
+)
 from daemon.service import Service
 from daemon.tokenizer import TemplateError
 

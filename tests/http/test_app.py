@@ -11,8 +11,14 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from daemon.config import (Config, EngineConfig, ModelConfig, PredictorConfig, SchedulerConfig,
-                           ServerConfig)
+from daemon.config import (
+    Config,
+    EngineConfig,
+    ModelConfig,
+    PredictorConfig,
+    SchedulerConfig,
+    ServerConfig,
+)
 from daemon.http.app import build_app
 from daemon.service import Service
 

@@ -121,6 +121,20 @@ def test_disconnect_mid_stream_aborts_the_job(smollm2_daemon: DaemonProcess) -> 
     assert smollm2_daemon.metric("lengthwise_running_jobs") == 0
 
 
+def test_disconnect_while_waiting_for_a_whole_answer_aborts_it(
+        smollm2_daemon: DaemonProcess) -> None:
+    aborted_before = smollm2_daemon.metric("lengthwise_jobs_aborted_total")
+    body = {"model": MODEL, "messages": QUESTION, "max_tokens": 1500, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
+        httpx.post(smollm2_daemon.base_url + "/v1/chat/completions", json=body, timeout=2)
+    deadline = time.monotonic() + 20
+    while (smollm2_daemon.metric("lengthwise_jobs_aborted_total") == aborted_before
+           and time.monotonic() < deadline):
+        time.sleep(0.2)
+    assert smollm2_daemon.metric("lengthwise_jobs_aborted_total") == aborted_before + 1
+    assert smollm2_daemon.metric("lengthwise_running_jobs") == 0
+
+
 async def _one_stream(c: openai.AsyncOpenAI, i: int) -> tuple[str, str | None]:
     stream = await c.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": f"Count to {i + 3}."}],

@@ -100,8 +100,7 @@ async def run_requests(base_url: str, requests: Sequence[Request], opts: ClientO
     from tqdm import tqdm
 
     base = base_url.rstrip("/")
-    if base.endswith("/v1"):
-        base = base[:-3]
+    base = base.removesuffix("/v1")
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     timeout = httpx.Timeout(opts.request_timeout_s, connect=30.0)
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:

@@ -15,8 +15,14 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from bench.workload import (Message, WorkloadSpec, fit_output, read_trace, synthetic_text,
-                            trace_window)
+from bench.workload import (
+    Message,
+    WorkloadSpec,
+    fit_output,
+    read_trace,
+    synthetic_text,
+    trace_window,
+)
 
 Shape = tuple[list[Message], int, int]  # messages, prompt tokens, output tokens
 # A prompt and its answer length, or the answer text whose tokens are counted when drawn.

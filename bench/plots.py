@@ -8,10 +8,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from bench.report import _Run  # noqa: E402
+from bench.report import _Run
 
 
 def _systems(runs: Sequence[_Run]) -> list[str]:

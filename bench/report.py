@@ -23,9 +23,9 @@ def markdown_table(runs: Sequence[_Run], baseline: str = "vllm") -> str:
     """One row per (rate, system); the last column is mean JCT relative to the baseline
     system at the same rate."""
     base = {r.rate: r.summary.mean_jct for r in runs if r.system == baseline}
-    lines = ["| rate (req/s) | system | done/failed | mean JCT (s) | p50 | p95 | p99 JCT (s) "
+    lines = [("| rate (req/s) | system | done/failed | mean JCT (s) | p50 | p95 | p99 JCT (s) "
              "| mean TTFT (s) | p99 TTFT | mean TPOT (ms) | req/s | tok/s | norm lat (ms/tok) "
-             f"| mean JCT vs {baseline} |",
+             f"| mean JCT vs {baseline} |"),
              "|---" * 14 + "|"]
     for r in sorted(runs, key=lambda r: (r.rate, r.system)):
         s = r.summary

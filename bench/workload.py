@@ -19,11 +19,7 @@ import numpy as np
 DEFAULT_TOKENIZER = "models/smollm2-135m-instruct"
 # Words that are one token each (leading space) in the SmolLM2 tokenizer: n of them make an
 # n-token prompt, and random choice keeps prompts from sharing cached prefixes.
-_WORDS = ("the of and to in is that for it as with was on be by at this are from or have an "
-          "they which one you were all we can there has more their if will about time so would "
-          "what up when some into out them only other new these also than then any like most "
-          "people first over such our after very may year world state even well know good make "
-          "much made work long way back great where water little see day right think").split()
+_WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "at", "this", "are", "from", "or", "have", "an", "they", "which", "one", "you", "were", "all", "we", "can", "there", "has", "more", "their", "if", "will", "about", "time", "so", "would", "what", "up", "when", "some", "into", "out", "them", "only", "other", "new", "these", "also", "than", "then", "any", "like", "most", "people", "first", "over", "such", "our", "after", "very", "may", "year", "world", "state", "even", "well", "know", "good", "make", "much", "made", "work", "long", "way", "back", "great", "where", "water", "little", "see", "day", "right", "think"]
 
 
 class Message(msgspec.Struct, frozen=True):
@@ -130,7 +126,7 @@ def read_trace(path: Path) -> list[tuple[float, int, int]]:
 def _seconds(stamp: str) -> float:
     # "2023-11-16 18:17:03.9799600": 7 fractional digits, more than fromisoformat takes.
     whole, _, frac = stamp.strip().partition(".")
-    base = dt.datetime.fromisoformat(whole).replace(tzinfo=dt.timezone.utc).timestamp()
+    base = dt.datetime.fromisoformat(whole).replace(tzinfo=dt.UTC).timestamp()
     return base + (float("0." + frac) if frac else 0.0)
 
 
@@ -157,7 +153,7 @@ def synthetic_text(num_tokens: int, rng: np.random.Generator) -> str:
 
 def fit_output(tokens: float, prompt_tokens: int, spec: WorkloadSpec) -> int:
     """Scaled, capped output length that still fits the context."""
-    out = max(int(round(tokens * spec.scale)), 1)
+    out = max(round(tokens * spec.scale), 1)
     if spec.cap > 0:
         out = min(out, spec.cap)
     return max(min(out, spec.max_model_len - prompt_tokens - 1), 1)

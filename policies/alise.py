@@ -114,8 +114,9 @@ class ALISE(Policy):
     # ---- review: estimated waits and KV residency ---------------------------------------
 
     def after_round(self, ctx: DispatchContext) -> float | None:
+        if len(self._work_s) > 2 * len(ctx.waiting) + 64:  # forget jobs that left
+            self._work_s = {job.job_id: self._work_of(job) for job in ctx.waiting}
         if not len(ctx.waiting):
-            self._work_s.clear()
             return None
         if ctx.now >= self._next_review:
             self._review(ctx)
@@ -124,24 +125,24 @@ class ALISE(Policy):
 
     def _review(self, ctx: DispatchContext) -> None:
         """EWT and KV residency for the waiting jobs that hold KV (preempted or sliced);
-        one vectorised pass over the waiting set, no sort: it runs with thousands waiting."""
-        holders = [job for job in ctx.waiting if job.num_dispatches and job.executor_name]
-        if not holders:
+        one pass over the waiting set, then numpy: it runs with thousands waiting."""
+        keyed = ctx.waiting.keyed()
+        rows = [(c, k, self._work_of(job)) for c, k, job in keyed]
+        at = [i for i, (_, _, job) in enumerate(keyed) if job.num_dispatches and job.executor_name]
+        if not at:
             return
+        table = np.array(rows, float)
+        holders = [keyed[i][2] for i in at]
         running = ctx.running_jobs()
+        running_s = sum(map(self.remaining_s, running))
         run_level = None
         if running:
             worst = max(self.remaining_s(job) for job in running)
             run_level = math.log2(max(worst, _MIN_TIME_S)) - math.log2(1.0 + self.params.margin)
-        keyed = ctx.waiting.keyed()
-        classes = np.fromiter((c for c, _, _ in keyed), float, len(keyed))
-        keys = np.fromiter((k for _, k, _ in keyed), float, len(keyed))
-        work = np.fromiter((self._work_of(job) for _, _, job in keyed), float, len(keyed))
-        mine = [self.order_key(job) for job in holders]  # = their heap keys
-        running_s = sum(map(self.remaining_s, running))
-        ahead = np.array([running_s + work_ahead(classes, keys, work, job.priority, key)
-                          for job, key in zip(holders, mine, strict=True)])
-        levels = np.array(mine) - ctx.now / self.age_threshold_s
+        mine = table[at]
+        ahead = running_s + work_ahead(table[:, 0], table[:, 1], table[:, 2], mine[:, 0],
+                                       mine[:, 1])
+        levels = mine[:, 1] - ctx.now / self.age_threshold_s
         after = ctx.waiting.promote_after_s
         promote_in = None if after is None else np.array(
             [WaitQueue.wait_started(job) + after - ctx.now for job in holders])
@@ -152,8 +153,6 @@ class ALISE(Policy):
         plan = plan_residency(found, self.params.max_resident_jobs, self.params.offload)
         for h in found:
             h.job.estimated_wait_s, h.job.kv_residency = h.ewt_s, plan[h.job.job_id]
-        if len(self._work_s) > 2 * len(keyed):  # forget jobs that left
-            self._work_s = {j.job_id: w for (_, _, j), w in zip(keyed, work.tolist(), strict=True)}
 
     def _work_of(self, job: Job) -> float:
         work = self._work_s.get(job.job_id)

@@ -26,12 +26,18 @@ import numpy as np
 
 from daemon.core.job import Job, KVResidency
 
+_CLASS_STRIDE = 1e9  # request classes are far apart on one sortable axis with the keys
 
-def work_ahead(classes: np.ndarray, keys: np.ndarray, work_s: np.ndarray, job_class: int,
-               job_key: float) -> float:
-    """Seconds of waiting work with higher priority than (job_class, job_key); O(n), in C."""
-    ahead = (classes < job_class) | ((classes == job_class) & (keys < job_key))
-    return float(work_s[ahead].sum())
+
+def work_ahead(classes: np.ndarray, keys: np.ndarray, work_s: np.ndarray,
+               job_classes: np.ndarray, job_keys: np.ndarray) -> np.ndarray:
+    """For each (job_class, job_key): seconds of waiting work of strictly higher priority,
+    i.e. a more urgent class, or the same class and a lower key. One sort, O(n log n)."""
+    axis = classes * _CLASS_STRIDE + keys
+    order = np.argsort(axis, kind="stable")
+    before = np.concatenate(([0.0], np.cumsum(work_s[order])))
+    at = np.searchsorted(axis[order], job_classes * _CLASS_STRIDE + job_keys, side="left")
+    return before[at]
 
 
 def estimate_waits(ahead_s: np.ndarray, levels: np.ndarray, promote_in_s: np.ndarray | None,
@@ -63,11 +69,11 @@ class Holder:
 def plan_residency(holders: Sequence[Holder], limit_per_executor: int,
                    offload: bool) -> dict[str, KVResidency]:
     """KEEP / OFFLOAD-or-DROP per job id. Queues are whole priority levels, best first;
-    EWT orders jobs within one; each executor keeps at most `limit_per_executor`."""
+    EWT orders jobs within one (then priority); each executor keeps `limit_per_executor`."""
     spill = KVResidency.OFFLOAD if offload else KVResidency.DROP
     used: dict[str, int] = {}
     decisions: dict[str, KVResidency] = {}
-    for h in sorted(holders, key=lambda h: (math.floor(h.level), h.ewt_s)):
+    for h in sorted(holders, key=lambda h: (math.floor(h.level), h.ewt_s, h.level)):
         where = h.job.executor_name or ""
         if used.get(where, 0) < limit_per_executor:
             used[where] = used.get(where, 0) + 1

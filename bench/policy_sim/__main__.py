@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import kendalltau
 
-from bench.policy_sim import compare
+from bench.policy_sim import compare, measure_overhead
 from bench.policy_sim.report import overhead_table, table, targets
 from bench.policy_sim.run import SimSetup
 from bench.policy_sim.workload import WorkloadSpec
@@ -38,6 +38,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="log-noise of the iterative predictor (default: the first one's)")
     p.add_argument("--config", type=Path, help="TOML with [policies.*], [sim], [scheduler.aging]")
     p.add_argument("--no-overhead", action="store_true")
+    p.add_argument("--overhead-only", action="store_true",
+                   help="only the per-decision overhead at 1,000 waiting")
     p.add_argument("--json", action="store_true")
     return p.parse_args(argv)
 
@@ -57,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     spec = WorkloadSpec(args.num, args.load, args.arrivals, args.cv, args.lengths, args.tau,
                         args.max_tokens, args.seed)
     setup = setup_from(args)
+    if args.overhead_only:
+        print(overhead_table([measure_overhead(name, setup, spec)
+                              for name in args.policies.split(",")]))
+        return 0
     rows, overheads, requests = compare(args.policies.split(","), spec, setup,
                                         overhead=not args.no_overhead)
     truth = np.array([r.output_tokens for r in requests])

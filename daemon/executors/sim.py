@@ -25,6 +25,7 @@ class _Seq:
     job: Job
     max_new_tokens: int
     natural_len: int  # where a model would stop by itself (EOS)
+    seed: int  # of the prompt; token ids derive from it (hashing per token is too slow)
     num_produced: int = 0
     prefilled: bool = False
     tokens: asyncio.Queue[tuple[int, str | None]] = field(default_factory=asyncio.Queue)
@@ -59,15 +60,17 @@ class SimExecutor(Executor):
                   + c.decode_per_context_token_s * context_tokens)
         return prefill + decode
 
-    def _natural_len(self, job: Job) -> int:
+    @staticmethod
+    def _natural_len(job: Job, seed: int) -> int:
         if job.true_output_tokens is not None:
             return job.true_output_tokens
-        return _NATURAL_MIN + _prompt_seed(job) % (_NATURAL_MAX - _NATURAL_MIN)
+        return _NATURAL_MIN + seed % (_NATURAL_MAX - _NATURAL_MIN)
 
     async def _generate(self, job: Job, max_new_tokens: int, engine_priority: int) -> str | None:
         # ignore_eos: the "model" never stops by itself, max_tokens ends the job.
-        natural = sys.maxsize if job.sampling.ignore_eos else self._natural_len(job)
-        seq = _Seq(job, max_new_tokens, max(natural, job.sampling.min_tokens, 1))
+        seed = _prompt_seed(job)
+        natural = sys.maxsize if job.sampling.ignore_eos else self._natural_len(job, seed)
+        seq = _Seq(job, max_new_tokens, max(natural, job.sampling.min_tokens, 1), seed)
         self._seqs.append(seq)
         self._kick.set()
         loop = asyncio.get_running_loop()
@@ -101,7 +104,7 @@ class SimExecutor(Executor):
         seq.prefilled = True
         position = seq.job.tokens_at_dispatch + seq.num_produced
         seq.num_produced += 1
-        token_id = (_prompt_seed(seq.job) + 7919 * position) % self.cost.vocab_size
+        token_id = (seq.seed + 7919 * position) % self.cost.vocab_size
         finish: str | None = None
         if position + 1 >= seq.natural_len:
             finish = "stop"

@@ -38,7 +38,7 @@ def test_oracle_sjf_beats_fcfs_on_mean_under_load() -> None:
     opts = {"executors": 1, "max_running": 1}
     fcfs = simulate(reqs, [None] * 30, SimOptions(policy="fcfs", **opts))
     sjf = simulate(reqs, predictions(reqs, "oracle", 0), SimOptions(policy="oracle-sjf", **opts))
-    mean = lambda rs: sum(r.jct_s for r in rs) / len(rs)  # noqa: E731
+    mean = lambda rs: sum(r.jct_s for r in rs) / len(rs)
     assert mean(sjf) < 0.5 * mean(fcfs)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.config import ALISEConfig, PoliciesConfig, SCLSConfig
-from daemon.core.job import Job
+from daemon.config import ALISEConfig, ISRTFConfig, PoliciesConfig, SCLSConfig
+from daemon.core.job import Job, JobStatus
 from daemon.core.policy import DispatchContext
 from policies import registry
 from policies.fcfs import FCFS
@@ -93,3 +93,25 @@ def test_policy_wakeups_drive_rounds_with_no_events() -> None:
     timed = [t for t in policy.rounds if 0.5 < t < 5.5]
     assert [round(t) for t in timed] == [1, 2, 3, 4, 5]
     assert result.drained
+
+
+def test_aging_counts_total_wait_across_preemptions_and_protects_promoted_jobs() -> None:
+    """A long job preempted again and again by short arrivals accumulates its waits; once
+    they add up to the threshold it is promoted and never preempted again."""
+    params = PoliciesConfig(isrtf=ISRTFConfig(max_preemptions=50))
+    config = harness.make_config("isrtf", max_running=1, promote_after_s=0.5,
+                                 policies=params)
+    workload = [Spec(0.0, 30, 600, predicted=600.0)]
+    workload += [Spec(0.3 * (i + 1), 30, 10, predicted=10.0) for i in range(30)]
+    result = harness.run(config, workload)
+    long = result.jobs[0]
+    runs = [d for d in result.dispatches if d.job_id == long.job_id]
+    total = 0.0
+    for k, d in enumerate(runs):
+        total += d.waited_s
+        if total >= 0.5:
+            assert k == len(runs) - 1, "preempted after its total wait reached the threshold"
+            break
+    assert 2 <= long.num_preemptions < 50
+    assert long.waited_s == pytest.approx(sum(d.waited_s for d in runs))
+    assert long.status is JobStatus.FINISHED

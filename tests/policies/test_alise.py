@@ -74,8 +74,10 @@ def test_estimated_wait_is_work_ahead_capped_by_aging() -> None:
     classes = np.array([0.0, 0.0, 0.0, 1.0])
     keys = np.array([1.0, 2.0, 6.0, 0.5])
     work = np.array([2.0, 4.0, 1.0, 8.0])
-    assert work_ahead(classes, keys, work, 0, 6.0) == 6.0  # the two better keys of class 0
-    assert work_ahead(classes, keys, work, 1, 0.6) == 15.0  # all of class 0, then 0.5 < 0.6
+    ahead = work_ahead(classes, keys, work, np.array([0.0, 1.0, 0.0]), np.array([6.0, 0.6, 0.0]))
+    # class 0 key 6: the two better keys of class 0; class 1 key 0.6: all of class 0, then
+    # 0.5 < 0.6; class 0 key 0: nothing.
+    assert ahead.tolist() == [6.0, 15.0, 0.0]
     ahead = np.array([6.0, 8.0, 12.0])  # running 6 s + the waiting work ahead of each
     levels = np.array([1.0, 2.0, 6.0])
     promote_in = np.array([50.0, 50.0, 1.5])

@@ -38,7 +38,7 @@ policy_params = st.builds(
                    min_interval_s=st.floats(0.01, 1.0), kv_capacity_tokens=st.integers(0, 800)),
 )
 
-settings_ = settings(max_examples=20, deadline=None, derandomize=True,
+settings_ = settings(max_examples=40, deadline=None, derandomize=True,
                      suppress_health_check=[HealthCheck.too_slow])
 
 

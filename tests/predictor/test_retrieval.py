@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import msgspec
+import pytest
 
 from predictor import PredictInput, load_predictor
 from predictor.cli import main
@@ -12,21 +16,30 @@ from predictor.records import Message
 from predictor.retrieval import INDEX_FILE
 
 
-def _train(small_train, small_proxy, out) -> None:
+@pytest.fixture(scope="module")
+def trained(small_train, small_proxy, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Trained once per module; each test works on its own copy."""
+    out = tmp_path_factory.mktemp("retrieval") / "r"
     assert main(["train", "--kind", "retrieval", "--data", str(small_train), "--out", str(out),
                  "--fallback", str(small_proxy), "--dev-limit", "100"]) == 0
     # Only near-identical requests count as neighbours, so the tests control hits exactly.
     manifest = read_manifest(out)
-    write_manifest(out, msgspec.structs.replace(manifest, min_similarity=0.9999, top_k=4))
+    write_manifest(out, msgspec.structs.replace(manifest, min_similarity=0.9999, top_k=4,
+                                                neighbour_weight=1.0))
+    return out
+
+
+def _copy(trained: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(trained, tmp_path / "r"))
 
 
 def _novel() -> PredictInput:
     return PredictInput(messages=[Message("user", "zq vexillology of imaginary moons, tersely")])
 
 
-def test_online_insert_survives_restart(small_train, small_proxy, tmp_path) -> None:
-    _train(small_train, small_proxy, tmp_path / "r")
-    predictor = load_predictor(tmp_path / "r")
+def test_online_insert_survives_restart(trained, tmp_path) -> None:
+    folder = _copy(trained, tmp_path)
+    predictor = load_predictor(folder)
     size = len(predictor.index)
     inp = _novel()
     fallback = predictor.proxy.predict([inp])[0]
@@ -34,14 +47,13 @@ def test_online_insert_survives_restart(small_train, small_proxy, tmp_path) -> N
     predictor.observe(inp, 4321)
     assert predictor.predict([inp])[0] > fallback  # now a hit near 4321
     predictor.save()
-    restarted = load_predictor(tmp_path / "r")
+    restarted = load_predictor(folder)
     assert len(restarted.index) == size + 1
     assert abs(restarted.predict([inp])[0] - 4321) < 1.0
 
 
-def test_torn_write_keeps_last_good_index(small_train, small_proxy, tmp_path) -> None:
-    folder = tmp_path / "r"
-    _train(small_train, small_proxy, folder)
+def test_torn_write_keeps_last_good_index(trained, tmp_path) -> None:
+    folder = _copy(trained, tmp_path)
     predictor = load_predictor(folder)
     predictor.observe(_novel(), 4321)
     predictor.save()  # generation 2; generation 1 is kept as .prev
@@ -51,11 +63,12 @@ def test_torn_write_keeps_last_good_index(small_train, small_proxy, tmp_path) ->
     assert len(load_predictor(folder).index) == good
     path.write_bytes(path.read_bytes()[:-100])  # torn current file: previous generation wins
     assert len(load_predictor(folder).index) == good - 1
+    path.unlink()  # crash between the two renames of atomic_write
+    assert len(load_predictor(folder).index) == good - 1
 
 
-def test_corrupt_index_everywhere_falls_back_to_proxy(small_train, small_proxy, tmp_path) -> None:
-    folder = tmp_path / "r"
-    _train(small_train, small_proxy, folder)
+def test_corrupt_index_everywhere_falls_back_to_proxy(trained, tmp_path) -> None:
+    folder = _copy(trained, tmp_path)
     (folder / INDEX_FILE).write_bytes(b"garbage")
     predictor = load_predictor(folder)
     assert len(predictor.index) == 0

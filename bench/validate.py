@@ -1,0 +1,92 @@
+"""Simulated vs real: replay the workload of every lengthwise run of a `bench compare`
+results.json in the simulator (same seed, rate, policy and batch size, the engine's fitted
+profile) and report the relative error of mean and p99 JCT.
+
+    python -m bench.validate --results OUT/results.json --profile bench/profiles/X.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import msgspec
+
+from bench import costfile, workload
+from bench.compare import CompareResults
+from bench.metrics import summarize
+from bench.sim import SimOptions, predictions, simulate
+
+
+class Row(msgspec.Struct, kw_only=True):
+    system: str
+    rate: float
+    real_mean_jct: float
+    sim_mean_jct: float
+    real_p99_jct: float
+    sim_p99_jct: float
+
+    @property
+    def mean_error(self) -> float:
+        return self.sim_mean_jct / self.real_mean_jct - 1
+
+    @property
+    def p99_error(self) -> float:
+        return self.sim_p99_jct / self.real_p99_jct - 1
+
+
+def _predictor_for(policy: str, predictor: str) -> str:
+    if policy.startswith("oracle"):
+        return "oracle"
+    return "none" if policy == "fcfs" else predictor
+
+
+def validate(results: CompareResults, profile: costfile.Profile, predictor: str) -> list[Row]:
+    rows = []
+    for run in results.runs:
+        kind, _, policy = run.system.partition(":")
+        if kind != "lengthwise":
+            continue
+        spec = msgspec.structs.replace(results.workload, rate=run.rate)
+        requests = workload.build(spec)
+        opts = SimOptions(policy=policy, max_running=results.max_num_seqs, sim=profile.sim,
+                          natural=results.natural, max_model_len=spec.max_model_len)
+        sim = summarize(simulate(requests, predictions(requests,
+                                                       _predictor_for(policy, predictor),
+                                                       spec.seed), opts))
+        rows.append(Row(system=run.system, rate=run.rate, real_mean_jct=run.summary.mean_jct,
+                        sim_mean_jct=sim.mean_jct, real_p99_jct=run.summary.p99_jct,
+                        sim_p99_jct=sim.p99_jct))
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    lines = [("| system | rate | real mean JCT (s) | sim mean JCT (s) | error | real p99 (s) "
+             "| sim p99 (s) | error |"), "|---" * 8 + "|"]
+    for r in rows:
+        lines.append(f"| {r.system} | {r.rate:g} | {r.real_mean_jct:.2f} | {r.sim_mean_jct:.2f} "
+                     f"| {r.mean_error:+.1%} | {r.real_p99_jct:.2f} | {r.sim_p99_jct:.2f} "
+                     f"| {r.p99_error:+.1%} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.validate", description=__doc__)
+    p.add_argument("--results", type=Path, required=True)
+    p.add_argument("--profile", type=Path, required=True)
+    p.add_argument("--predictor", default="predictor/models/default",
+                   help="predictor the daemon ran with (for non-oracle length policies)")
+    p.add_argument("--out", type=Path, help="write the markdown table here too")
+    args = p.parse_args(argv)
+    results = msgspec.json.decode(args.results.read_bytes(), type=CompareResults)
+    rows = validate(results, costfile.load(args.profile), args.predictor)
+    text = table(rows)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -127,11 +127,13 @@ class ALISE(Policy):
         """EWT and KV residency for the waiting jobs that hold KV (preempted or sliced);
         one pass over the waiting set, then numpy: it runs with thousands waiting."""
         keyed = ctx.waiting.keyed()
-        rows = [(c, k, self._work_of(job)) for c, k, job in keyed]
         at = [i for i, (_, _, job) in enumerate(keyed) if job.num_dispatches and job.executor_name]
         if not at:
             return
-        table = np.array(rows, float)
+        cached = self._work_s
+        table = np.array([(c, k, cached.get(job.job_id, -1.0)) for c, k, job in keyed], float)
+        for i in np.flatnonzero(table[:, 2] < 0).tolist():  # not keyed by us (reload)
+            table[i, 2] = self._work_of(keyed[i][2])
         holders = [keyed[i][2] for i in at]
         running = ctx.running_jobs()
         running_s = sum(map(self.remaining_s, running))

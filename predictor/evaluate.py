@@ -54,7 +54,11 @@ def report(predictor: Predictor, manifest: Manifest, records: list[Record],
     inputs = [PredictInput.from_record(r) for r in records]
     true = np.asarray([r.output_tokens for r in records], np.float64)
     result: dict[str, Any] = {"kind": predictor.kind, "online": online}
-    result.update(quality(predict_all(predictor, inputs, true, online), true, manifest.quintiles))
+    pred = predict_all(predictor, inputs, true, online)
+    result.update(quality(pred, true, manifest.quintiles))
+    first = np.asarray([sum(m.role == "user" for m in r.messages) == 1 for r in records])
+    result["by_round"] = {name: quality(pred[mask], true[mask], manifest.quintiles)
+                          for name, mask in (("first", first), ("later", ~first)) if mask.any()}
     result.update(latency(predictor, inputs))
     result["baselines"] = baselines(manifest, records, true)
     extra = getattr(predictor, "eval_extra", None)

@@ -76,8 +76,9 @@ class WaitQueue:
 
     def keyed(self) -> list[tuple[int, float, Job]]:
         """(class, policy key, job) of every waiting job, in no particular order; O(n)."""
+        live = self._live  # inlined liveness test: this runs over thousands of entries
         return [(prio, key, job) for prio, key, seq, job in self._heap
-                if self._is_live(seq, job)]
+                if (entry := live.get(job.job_id)) is not None and entry[0] == seq]
 
     def update(self, job: Job) -> None:
         """Re-key one waiting job (its prediction changed); its total wait is kept."""

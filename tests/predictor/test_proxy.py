@@ -67,3 +67,15 @@ def test_eval_cli_prints_the_report(small_train, small_proxy, capsys) -> None:
         assert key in report
     assert set(report["baselines"]) == {"train_mean", "linear_prompt_length"}
     assert report["n"] == 80
+
+
+def test_frozen_encoder_option_trains_and_serves(small_train, tmp_path) -> None:
+    """The real all-MiniLM-L6-v2 (from its package, offline) as an extra input."""
+    out = tmp_path / "enc"
+    assert main(["train", "--kind", "proxy", "--data", str(small_train), "--out", str(out),
+                 "--use-encoder", "--encoder-max-tokens", "128", "--limit", "48",
+                 "--dev-limit", "16", "--epochs", "1", "--cache-dir", ""]) == 0
+    predictor = load_predictor(out)
+    assert predictor.encoder is not None and predictor.encoder.dim == 384
+    inputs = [PredictInput.from_record(r) for r in list(read_records(small_train))[:3]]
+    assert all(p >= 1.0 for p in predictor.predict(inputs))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from predictor.model import NetConfig
+from predictor.netconfig import NetConfig
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1

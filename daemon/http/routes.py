@@ -157,8 +157,11 @@ class Routes:
                                             [ChatChunkChoice(0, delta, finish)]))
 
         try:
-            yield chunk(Delta(role="assistant", content=""))
+            role_sent = False
             async for item in _outputs(job):
+                if not role_sent:  # with the first output, as vLLM does: clients time TTFT
+                    yield chunk(Delta(role="assistant", content=""))  # from the first chunk
+                    role_sent = True
                 if isinstance(item, TokenDelta):
                     if item.text:
                         yield chunk(Delta(content=item.text))

@@ -41,3 +41,20 @@ def test_round_trip_and_validation(tmp_path) -> None:
                     '"response": "b", "output_tokens": 1}\n')
     with pytest.raises(ValueError, match="user turn"):
         list(read_records(path))
+
+
+def test_request_log_is_resplit_and_recounted(tmp_path) -> None:
+    from predictor.cli import main
+    from predictor.split import Split, split_of
+
+    ids = [f"req-{i}" for i in range(40)]
+    log = tmp_path / "log.jsonl"
+    write_records(log, [Record(id=i, messages=[Message("user", "q")], response="a b c",
+                               output_tokens=999) for i in ids])
+    out = tmp_path / "train.jsonl"
+    assert main(["data", "--source", "log", "--input", str(log), "--split", "train",
+                 "--tokenizer", tokenizer_dir(), "--out", str(out)]) == 0
+    kept = list(read_records(out))
+    assert [r.id for r in kept] == [i for i in ids if split_of(i) is Split.TRAIN]
+    assert all(r.output_tokens == TokenCounter(tokenizer_dir()).count_batch(["a b c"])[0]
+               for r in kept)

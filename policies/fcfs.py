@@ -8,6 +8,7 @@ from daemon.core.policy import Policy
 
 class FCFS(Policy):
     name = "fcfs"
+    uses_predictions = False
 
     def order_key(self, job: Job) -> float:
         # Arrival, not enqueue time: a job that comes back keeps its place in line.

@@ -49,6 +49,9 @@ class Policy:
     name: ClassVar[str] = ""
     # Whether choose_victim can ever return a job; the core skips the question otherwise.
     preemptive: ClassVar[bool] = False
+    # Whether order or dispatch reads job predictions. If not, a job is queued at once and
+    # its prediction (for headers and metrics) is made while it waits or runs.
+    uses_predictions: ClassVar[bool] = True
     # Most preemptions one job may suffer; the core never offers a job at the bound as a
     # victim. None = unbounded.
     max_preemptions: int | None = None

@@ -88,7 +88,9 @@ class Routes:
         sampling = translate.sampling_spec(req, requested_max, len(prompt), svc.max_model_len,
                                            svc.config.limits)
         job = svc.new_job(prompt, sampling, req.priority, prefix)
-        job.predicted_output_tokens = await svc.predictions.predict(job, messages)
+        predict_first = svc.scheduler.policy.uses_predictions
+        if predict_first:
+            job.predicted_output_tokens = await svc.predictions.predict(job, messages)
         try:
             svc.scheduler.submit(job)
         except NotAccepting as exc:
@@ -96,6 +98,8 @@ class Routes:
         except QueueFull as exc:
             raise ApiError(429, f"server overloaded: {exc}; retry later",
                            "rate_limit_error") from None
+        if not predict_first:  # the job already waits or runs meanwhile
+            job.predicted_output_tokens = await svc.predictions.predict(job, messages)
         return job
 
     async def _abort_on_disconnect(self, request: Request, job: Job) -> None:

@@ -17,6 +17,7 @@ from bench import workload
 from bench.metrics import RequestResult, Summary, summarize
 from bench.servers import Server, Settings, System, parse_system
 
+WARM_UP_REQUESTS, WARM_UP_RATE = 8, 50.0  # a short burst before the measured rates
 QUICK_SYSTEMS = "vllm,vllm-priority,lengthwise:fcfs,lengthwise:ssjf,lengthwise:oracle-sjf"
 
 
@@ -63,6 +64,10 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
         startup = server.wait_ready()
         opts = client.ClientOptions(natural=args.natural, priority=system.client_priority,
                                     max_model_len=args.max_model_len)
+        # Unmeasured burst first: first-call costs (allocators, kernel selection, the
+        # predictor's first forward) belong to no rate, and every system pays them here.
+        warm_up = workload.build(workload.spec_from_args(args, rate=WARM_UP_RATE))
+        client.run(server.base_url, warm_up[:WARM_UP_REQUESTS], opts)
         for rate in rates:
             requests = workload.build(workload.spec_from_args(args, rate=rate))
             started = time.perf_counter()

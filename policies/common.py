@@ -31,3 +31,14 @@ def pick_victim(candidate: Job, running: Sequence[Job], measure: Measure,
     if worst.priority > candidate.priority or beats(candidate, worst):
         return worst
     return None
+
+
+def true_remaining(job: Job) -> float:
+    """Tokens the job will still generate, as oracle policies see it: the true length when
+    the caller knows it (simulator), else the token budget. Benchmarks force every output
+    length (`ignore_eos` + `max_tokens`), so over HTTP the budget *is* the truth; with
+    natural stops it is only an upper bound, and the oracle is no oracle."""
+    budget = job.num_remaining_budget_tokens
+    if job.true_output_tokens is None:
+        return float(max(budget, 1))
+    return float(min(max(job.true_output_tokens - job.num_generated_tokens, 1), budget))

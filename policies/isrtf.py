@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from daemon.config import Config, ISRTFConfig
 from daemon.core.job import Job
 from daemon.core.policy import Policy, class_rank
-from policies.common import pick_victim
+from policies.common import pick_victim, true_remaining
 
 
 class ISRTF(Policy):
@@ -64,12 +64,10 @@ class OracleSRPT(ISRTF):
     """ISRTF's mechanism on the true remaining length: the bound on what prediction gives."""
 
     name = "oracle-srpt"
+    uses_predictions = False
 
     def remaining(self, job: Job) -> float:
-        if job.true_output_tokens is None:
-            return super().remaining(job)
-        left = job.true_output_tokens - job.num_generated_tokens
-        return float(min(max(left, 1), job.num_remaining_budget_tokens))
+        return true_remaining(job)
 
     def next_checkpoint(self, job: Job) -> int | None:
         return None  # the truth needs no re-prediction

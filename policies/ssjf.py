@@ -12,6 +12,7 @@ from __future__ import annotations
 from daemon.config import Config
 from daemon.core.job import Job
 from daemon.core.policy import Policy, class_rank
+from policies.common import true_remaining
 
 
 class SSJF(Policy):
@@ -36,9 +37,7 @@ class OracleSJF(SSJF):
     """SSJF on the true output length: the bound on what a length predictor can give SSJF."""
 
     name = "oracle-sjf"
+    uses_predictions = False
 
     def length(self, job: Job) -> float:
-        if job.true_output_tokens is None:
-            return super().length(job)
-        left = job.true_output_tokens - job.num_generated_tokens
-        return float(min(max(left, 1), job.num_remaining_budget_tokens))
+        return true_remaining(job)

@@ -261,7 +261,10 @@ class Scheduler:
         job.end(status, self.now(), reason, error)
         self._jobs.pop(job.job_id, None)
         for listener in self.on_job_end:
-            listener(job)
+            try:
+                listener(job)
+            except Exception:  # metrics or the request log must not stall the core
+                log.exception("job-end listener failed for %s", job.job_id)
         if not self._jobs:
             self._idle.set()
 

@@ -61,6 +61,7 @@ class DaemonProcess:
             [str(LENGTHWISE), "serve", "--config", str(config_path)],
             stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
             env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+            start_new_session=True,  # a group of its own: a kill takes the engine along
         )
 
     def wait_ready(self, timeout_s: float = 300.0) -> None:
@@ -99,7 +100,7 @@ class DaemonProcess:
             try:
                 self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                os.killpg(self.proc.pid, signal.SIGKILL)  # daemon and engine processes
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode

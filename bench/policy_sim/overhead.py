@@ -15,13 +15,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from bench.policy_sim.run import SimSetup, _job, _time_rounds, make_config
+from bench.policy_sim.run import SimSetup, _job, _time_rounds, start_scheduler
 from bench.policy_sim.workload import Request, WorkloadSpec, make_workload
-from daemon.core.scheduler import Scheduler
-from daemon.executors.base import Executor
-from daemon.executors.sim import SimExecutor
 from daemon.executors.virtualclock import VirtualClockLoop
-from policies import registry
 from policies.costmodel import CostModel
 
 
@@ -49,12 +45,7 @@ def measure_overhead(policy: str, setup: SimSetup, spec: WorkloadSpec,
 
 async def _measure(policy: str, requests: list[Request], setup: SimSetup,
                    waiting: int) -> Overhead:
-    config = make_config(policy, setup)
-    exs: list[Executor] = [SimExecutor(f"sim{i}", setup.max_running, setup.sim)
-                           for i in range(setup.executors)]
-    for ex in exs:
-        await ex.start()
-    sched = Scheduler(exs, registry.create(policy, config), config.scheduler)
+    sched, exs = await start_scheduler(policy, setup)
     sched.accepting = True
     rounds = _time_rounds(sched)
     jobs = [_job(i, r) for i, r in enumerate(requests)]

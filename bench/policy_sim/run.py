@@ -84,12 +84,7 @@ def simulate(policy: str, requests: Sequence[Request], setup: SimSetup) -> Outco
 
 async def _simulate(policy: str, requests: Sequence[Request], setup: SimSetup) -> Outcome:
     started = time.perf_counter()
-    config = make_config(policy, setup)
-    exs: list[Executor] = [SimExecutor(f"sim{i}", setup.max_running, setup.sim)
-                           for i in range(setup.executors)]
-    for ex in exs:
-        await ex.start()
-    sched = Scheduler(exs, registry.create(policy, config), config.scheduler)
+    sched, exs = await start_scheduler(policy, setup)
     sched.remaining_predictor = NoisyIterativePredictor(
         setup.iterative_sigma or 0.0, setup.policies.isrtf.window_tokens, setup.seed)
     sched.accepting = True
@@ -106,6 +101,16 @@ async def _simulate(policy: str, requests: Sequence[Request], setup: SimSetup) -
         for ex in exs:
             await ex.shutdown()
     return _outcome(policy, jobs, sched, rounds, time.perf_counter() - started)
+
+
+async def start_scheduler(policy: str, setup: SimSetup) -> tuple[Scheduler, list[Executor]]:
+    """The real core and policy on started SimExecutors (call on a VirtualClockLoop)."""
+    config = make_config(policy, setup)
+    exs: list[Executor] = [SimExecutor(f"sim{i}", setup.max_running, setup.sim)
+                           for i in range(setup.executors)]
+    for ex in exs:
+        await ex.start()
+    return Scheduler(exs, registry.create(policy, config), config.scheduler), exs
 
 
 def _time_rounds(sched: Scheduler) -> list[tuple[int, float, float]]:

@@ -9,7 +9,9 @@ sim.py), so the simulator and ALISE/SCLS estimators read the coefficients direct
            + decode_per_context_token x context.
 Decode is fitted first; prefill is fitted to TTFT minus the decode part of that step. Both by
 non-negative least squares on relative error (every point weighs the same, whatever its size).
-Only this module of bench/ imports vLLM.
+With `--through URL` the same requests go over HTTP to a running server, so the profile
+includes what the bare engine does not: the daemon, streaming, and the client and server
+sharing the CPU with the engine. Only this module of bench/ imports vLLM.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -86,11 +90,33 @@ def step_seconds(runs: list[list[float]]) -> float:
     return float(statistics.median(steps))
 
 
-async def _measure(engine: Any, args: argparse.Namespace, bar: Any) -> list[Point]:
+async def _one_http(client: Any, base: str, model: str, ids: _Ids, length: int, out: int,
+                    t0: float) -> list[float]:
+    """_one through a server's /v1/completions (token-id prompt, forced length)."""
+    import msgspec
+
+    body = {"model": model, "prompt": ids.prompt(length), "max_tokens": out, "min_tokens": out,
+            "ignore_eos": True, "temperature": 0.0, "stream": True}
+    stamps: list[float] = []
+    async with client.stream("POST", f"{base}/v1/completions", json=body) as resp:
+        resp.raise_for_status()
+        async for line in resp.aiter_lines():
+            data = line.removeprefix("data:").strip()
+            if not line.startswith("data:") or data == "[DONE]":
+                continue
+            if any(c.get("text") for c in msgspec.json.decode(data).get("choices") or []):
+                stamps.append(time.perf_counter() - t0)
+    return stamps
+
+
+OneRequest = Callable[[_Ids, int, int, float], Awaitable[list[float]]]
+
+
+async def _measure(one: OneRequest, args: argparse.Namespace, bar: Any) -> list[Point]:
     ids, points = _Ids(), []
-    await _one(engine, ids, 8, 4, time.perf_counter())  # warm-up, not measured
+    await one(ids, 8, 4, time.perf_counter())  # warm-up, not measured
     for length in args.prefill_lengths:
-        times = [(await _one(engine, ids, length, 1, time.perf_counter()))[0]
+        times = [(await one(ids, length, 1, time.perf_counter()))[0]
                  for _ in range(args.repeats)]
         points.append(Point(kind="prefill", batch=1, input_tokens=length,
                             context_tokens=length, seconds=statistics.median(times)))
@@ -101,7 +127,7 @@ async def _measure(engine: Any, args: argparse.Namespace, bar: Any) -> list[Poin
             samples = []
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
-                runs = await asyncio.gather(*(_one(engine, ids, length, steps, t0)
+                runs = await asyncio.gather(*(one(ids, length, steps, t0)
                                               for _ in range(batch)))
                 samples.append(step_seconds(list(runs)))
             points.append(Point(kind="decode", batch=batch, input_tokens=length,
@@ -114,13 +140,22 @@ async def _measure(engine: Any, args: argparse.Namespace, bar: Any) -> list[Poin
 async def _profile(args: argparse.Namespace) -> list[Point]:
     from tqdm import tqdm
 
-    engine = _engine(str(args.model), max(args.batches), args.kv_gib)
     total = len(args.prefill_lengths) + len(args.batches) * len(args.context_lengths)
-    try:
-        with tqdm(total=total, desc="profile", unit="pt") as bar:
-            return await _measure(engine, args, bar)
-    finally:
-        engine.shutdown()
+    with tqdm(total=total, desc="profile", unit="pt") as bar:
+        if args.through:
+            import httpx
+
+            from bench.client import served_model
+
+            async with httpx.AsyncClient(timeout=600) as client:
+                model = await served_model(client, args.through)
+                return await _measure(partial(_one_http, client, args.through, model), args,
+                                      bar)
+        engine = _engine(str(args.model), max(args.batches), args.kv_gib)
+        try:
+            return await _measure(partial(_one, engine), args, bar)
+        finally:
+            engine.shutdown()
 
 
 def _ints(text: str) -> list[int]:
@@ -138,6 +173,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-steps", type=int, default=48, help="forced tokens per request")
     p.add_argument("--repeats", type=int, default=3, help="median of this many runs")
     p.add_argument("--kv-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE")
+    p.add_argument("--through", default="", metavar="URL",
+                   help="measure through a running server (the whole serving stack: HTTP, "
+                        "daemon, streaming, the engine sharing the CPU) instead of the bare "
+                        "engine; its max_num_seqs must be >= the largest batch")
     return p
 
 
@@ -145,9 +184,10 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     points = asyncio.run(_profile(args))
     sim, report, fitted = fit_points(points)
+    what = (f"through the server at {args.through} (whole stack)" if args.through
+            else f"vLLM CPU engine, max_num_seqs={max(args.batches)}, enforce_eager")
     source = (f"measured by `lengthwise profile` on {platform.node()} "
-              f"({os.cpu_count()} CPUs, {platform.machine()}), vLLM CPU engine, "
-              f"max_num_seqs={max(args.batches)}, enforce_eager, bf16 weights as shipped")
+              f"({os.cpu_count()} CPUs, {platform.machine()}), {what}, bf16 weights as shipped")
     profile = Profile(name=args.name or args.model.name, source=source,
                       max_num_seqs=max(args.batches), sim=sim, fit=report, points=fitted)
     save(profile, args.out)

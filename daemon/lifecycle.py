@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -137,8 +138,13 @@ def _set_log_level(config: Config) -> None:
 
 
 def run(config_path: Path) -> int:
+    # Models load from local folders only: a mistyped path must fail, not start a download.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         config = config_mod.load(config_path)
+        if not (Path(config.model.path) / "config.json").is_file():
+            raise ConfigError(f"{config_path}: model.path {config.model.path!r} is not a model "
+                              "folder (no config.json); `make models` builds the default one")
     except ConfigError as exc:
         print(f"lengthwise: config error: {exc}", flush=True)
         return 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import msgspec
 from starlette.requests import Request
@@ -44,6 +44,11 @@ def _json(obj: object, status: int = 200, headers: dict[str, str] | None = None)
 
 def _sse(obj: object) -> bytes:
     return b"data: " + msgspec.json.encode(obj) + b"\n\n"
+
+
+def _error_event(message: str) -> bytes:
+    """A job that failed mid-stream: an OpenAI error object as the last data event."""
+    return _sse(ErrorBody(ErrorInfo(message, "server_error")))
 
 
 def _usage(job: Job) -> Usage:
@@ -153,31 +158,25 @@ class Routes:
                               usage=_usage(job))
         return _json(body, headers=self._headers(job))
 
-    async def _chat_stream(self, job: Job, req: ChatCompletionRequest) -> AsyncIterator[bytes]:
+    def _chat_stream(self, job: Job, req: ChatCompletionRequest) -> AsyncIterator[bytes]:
         created = int(time.time())
 
-        def chunk(delta: Delta, finish: str | None = None) -> bytes:
-            return _sse(ChatCompletionChunk(job.job_id, created, req.model,
-                                            [ChatChunkChoice(0, delta, finish)]))
+        def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> bytes:
+            return _sse(ChatCompletionChunk(job.job_id, created, req.model, choices, usage))
 
-        try:
-            role_sent = False
-            async for item in _outputs(job):
-                if not role_sent:  # with the first output, as vLLM does: clients time TTFT
-                    yield chunk(Delta(role="assistant", content=""))  # from the first chunk
-                    role_sent = True
-                if isinstance(item, TokenDelta):
-                    if item.text:
-                        yield chunk(Delta(content=item.text))
-                elif item.error is not None:
-                    yield _sse(ErrorBody(ErrorInfo(item.error, "server_error")))
-                else:
-                    yield chunk(Delta(), item.finish_reason)
-            if req.stream_options is not None and req.stream_options.include_usage:
-                yield _sse(ChatCompletionChunk(job.job_id, created, req.model, [], _usage(job)))
-            yield b"data: [DONE]\n\n"
-        finally:
-            self.service.scheduler.abort(job)  # no-op when it ended; client gone otherwise
+        def render(item: TokenDelta | JobEnd, first: bool) -> bytes:
+            # The role chunk goes with the first output, as vLLM does: clients time TTFT
+            # from the first chunk.
+            head = chunk([ChatChunkChoice(0, Delta(role="assistant", content=""))]) if first \
+                else b""
+            if isinstance(item, TokenDelta):
+                return head + (chunk([ChatChunkChoice(0, Delta(content=item.text))])
+                               if item.text else b"")
+            if item.error is not None:
+                return head + _error_event(item.error)
+            return head + chunk([ChatChunkChoice(0, Delta(), item.finish_reason)])
+
+        return self._stream(job, req, render, lambda: chunk([], _usage(job)))
 
     async def completions(self, request: Request) -> Response:
         req = await self._read(request, CompletionRequest)
@@ -201,24 +200,37 @@ class Routes:
                           [CompletionChoice(0, text, end.finish_reason)], _usage(job))
         return _json(body, headers=self._headers(job))
 
-    async def _completion_stream(self, job: Job, req: CompletionRequest) -> AsyncIterator[bytes]:
+    def _completion_stream(self, job: Job, req: CompletionRequest) -> AsyncIterator[bytes]:
         created = int(time.time())
+
+        def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> bytes:
+            return _sse(Completion(job.job_id, created, req.model, choices, usage))
+
+        def render(item: TokenDelta | JobEnd, first: bool) -> bytes:
+            if isinstance(item, TokenDelta):
+                return chunk([CompletionChoice(0, item.text)]) if item.text else b""
+            if item.error is not None:
+                return _error_event(item.error)
+            return chunk([CompletionChoice(0, "", item.finish_reason)])
+
+        return self._stream(job, req, render, lambda: chunk([], _usage(job)))
+
+    async def _stream(self, job: Job, req: SamplingFields,
+                      render: Callable[[TokenDelta | JobEnd, bool], bytes],
+                      usage: Callable[[], bytes]) -> AsyncIterator[bytes]:
+        """SSE for one job, either endpoint: every output as `render` shapes it, the usage
+        chunk when asked for, then [DONE]."""
         try:
+            first = True
             async for item in _outputs(job):
-                if isinstance(item, TokenDelta):
-                    if item.text:
-                        yield _sse(Completion(job.job_id, created, req.model,
-                                              [CompletionChoice(0, item.text)]))
-                elif item.error is not None:
-                    yield _sse(ErrorBody(ErrorInfo(item.error, "server_error")))
-                else:
-                    yield _sse(Completion(job.job_id, created, req.model,
-                                          [CompletionChoice(0, "", item.finish_reason)]))
+                if data := render(item, first):
+                    yield data
+                first = False
             if req.stream_options is not None and req.stream_options.include_usage:
-                yield _sse(Completion(job.job_id, created, req.model, [], _usage(job)))
+                yield usage()
             yield b"data: [DONE]\n\n"
         finally:
-            self.service.scheduler.abort(job)
+            self.service.scheduler.abort(job)  # no-op when it ended; client gone otherwise
 
     async def models(self, request: Request) -> Response:
         svc = self.service

@@ -101,7 +101,10 @@ async def run_requests(base_url: str, requests: Sequence[Request], opts: ClientO
 
     base = base_url.rstrip("/")
     base = base.removesuffix("/v1")
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    # Idle connections expire well before the servers' own 5 s keep-alive (hypercorn,
+    # uvicorn): reusing one the server is closing at that instant fails with ReadError.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None,
+                          keepalive_expiry=1.0)
     timeout = httpx.Timeout(opts.request_timeout_s, connect=30.0)
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
         model = opts.model or await served_model(client, base)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -40,7 +43,17 @@ def build_app(service: Service) -> Starlette:
     async def render_metrics(request: Request) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        probe = asyncio.create_task(metrics.watch_loop_lag(), name="loop-lag")
+        try:
+            yield
+        finally:
+            probe.cancel()
+            await asyncio.gather(probe, return_exceptions=True)
+
     app = Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),

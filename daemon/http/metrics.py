@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Iterator
 
@@ -15,7 +16,9 @@ from daemon.prediction import Predictions
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _RATIO_BUCKETS = (-4, -3, -2, -1, -0.5, -0.25, 0, 0.25, 0.5, 1, 2, 3, 4)
+LOOP_PROBE_S = 0.1  # period of the event-loop lag probe
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1)
+_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
 class _SchedulerCollector(Collector):
@@ -76,6 +79,10 @@ class Metrics:
         self.prediction_error = Histogram("lengthwise_prediction_log2_ratio",
                                           "log2(predicted / actual output tokens)",
                                           buckets=_RATIO_BUCKETS, registry=self.registry)
+        self.loop_lag = Histogram("lengthwise_event_loop_lag_seconds", "How late a "
+                                  f"{LOOP_PROBE_S:g} s timer fires on the daemon's event loop: "
+                                  "a blocked loop delays every stream", buckets=_LAG_BUCKETS,
+                                  registry=self.registry)
         scheduler.on_job_end.append(self.observe_job)
         predictions.on_batch.append(lambda size, seconds: self.prediction_s.observe(seconds))
 
@@ -92,6 +99,13 @@ class Metrics:
         if job.num_generated_tokens > 1:
             decode_s = job.finish_time - job.first_token_time
             self.tpot.labels(executor).observe(decode_s / (job.num_generated_tokens - 1))
+
+    async def watch_loop_lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(LOOP_PROBE_S)
+            self.loop_lag.observe(max(loop.time() - start - LOOP_PROBE_S, 0.0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

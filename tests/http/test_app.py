@@ -168,3 +168,23 @@ async def test_a_late_prediction_gets_the_fallback(
     assert response.status_code == 200
     assert response.headers["x-lengthwise-predicted-tokens"] == "77"
     assert "lengthwise_prediction_fallbacks_total 1.0" in (await http.get("/metrics")).text
+
+
+@pytest.mark.asyncio
+async def test_loop_lag_probe_sees_a_blocked_loop(
+        client: tuple[httpx.AsyncClient, Service]) -> None:
+    import time
+
+    from daemon.http.metrics import Metrics
+
+    _, service = client
+    metrics = Metrics(service.scheduler, service.predictions)
+    probe = asyncio.create_task(metrics.watch_loop_lag())
+    await asyncio.sleep(0.05)  # the probe's timer is armed
+    time.sleep(0.4)  # noqa: ASYNC251 - the point: block the loop; its timer fires ~0.3 s late
+    await asyncio.sleep(0.25)
+    probe.cancel()
+    text = metrics.render().decode()
+    assert 'lengthwise_event_loop_lag_seconds_bucket{le="0.25"}' in text
+    late = float(text.split('lengthwise_event_loop_lag_seconds_sum ')[1].split()[0])
+    assert 0.25 < late < 1.0

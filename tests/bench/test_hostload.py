@@ -1,0 +1,44 @@
+"""The CPU meter tells the server's tree, the client and the rest of the machine apart."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from bench.hostload import CpuMeter
+
+# A parent that sleeps and a child that spins: the "server" tree burns one core in a child.
+_TREE = ("import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', "
+         "'while True: pass']); c.wait()")
+_SPIN = "while True: pass"
+
+
+def test_meter_splits_server_client_and_other() -> None:
+    server = subprocess.Popen([sys.executable, "-c", _TREE])
+    other = subprocess.Popen([sys.executable, "-c", _SPIN])
+    try:
+        time.sleep(0.5)  # let both start spinning
+        meter = CpuMeter(server.pid)
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:  # the client spins too
+            pass
+        share = meter.stop()
+    finally:
+        for proc in (server, other):
+            proc.kill()
+            proc.wait()
+    # Each spinner wants a full core; on a small machine they share, so ask for half.
+    assert share.server_cores > 0.4, share
+    assert share.client_cores > 0.4, share
+    assert share.other_cores > 0.3, share
+    assert share.contaminated
+    assert "other" in share.describe()
+
+
+def test_idle_machine_is_not_flagged() -> None:
+    meter = CpuMeter(None)
+    time.sleep(0.5)
+    share = meter.stop()
+    assert share.client_cores < 0.1
+    assert share.server_cores == 0.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +17,7 @@ _SPIN = "while True: pass"
 
 
 def test_meter_splits_server_client_and_other() -> None:
-    server = subprocess.Popen([sys.executable, "-c", _TREE])
+    server = subprocess.Popen([sys.executable, "-c", _TREE], process_group=0)
     other = subprocess.Popen([sys.executable, "-c", _SPIN])
     try:
         time.sleep(0.5)  # let both start spinning
@@ -25,8 +27,9 @@ def test_meter_splits_server_client_and_other() -> None:
             pass
         share = meter.stop()
     finally:
+        os.killpg(server.pid, signal.SIGKILL)  # the spinning child too, not just its parent
+        other.kill()
         for proc in (server, other):
-            proc.kill()
             proc.wait()
     # Each spinner wants a full core; on a small machine they share, so ask for half.
     assert share.server_cores > 0.4, share

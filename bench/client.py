@@ -29,12 +29,17 @@ class ClientOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int = 2048
     temperature: float = 0.0
     request_timeout_s: float = 600.0
+    # Put in front of every first message. `bench compare` gives each run its own, so a run
+    # never finds the previous run's prompts in the server's prefix cache (same prompts,
+    # new rate): every rate pays its prefills as a fresh server would.
+    salt: str = ""
 
 
 def request_body(req: Request, opts: ClientOptions, model: str) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
-        "messages": [{"role": m.role, "content": m.content} for m in req.messages],
+        "messages": [{"role": m.role, "content": (opts.salt if k == 0 else "") + m.content}
+                     for k, m in enumerate(req.messages)],
         "stream": True,
         "stream_options": {"include_usage": True},
         "temperature": opts.temperature,

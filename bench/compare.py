@@ -68,12 +68,15 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
     try:
         startup = server.wait_ready()
         opts = client.ClientOptions(natural=args.natural, priority=system.client_priority,
-                                    max_model_len=args.max_model_len)
+                                    max_model_len=args.max_model_len, salt="warm-up. ")
         # Unmeasured burst first: first-call costs (allocators, kernel selection, the
         # predictor's first forward) belong to no rate, and every system pays them here.
         warm_up = workload.build(workload.spec_from_args(args, rate=WARM_UP_RATE))
         client.run(server.base_url, warm_up[:WARM_UP_REQUESTS], opts)
-        for rate in rates:
+        for k, rate in enumerate(rates):
+            # Every rate sends the same prompts: salted apart, none hits the prefix cache
+            # the previous rate filled (the same salt for every system: same work).
+            opts = msgspec.structs.replace(opts, salt=f"run {k + 1}. ")
             requests = workload.build(workload.spec_from_args(args, rate=rate))
             started, meter = time.perf_counter(), CpuMeter(server.proc.pid)
             results = client.run(server.base_url, requests, opts)

@@ -58,7 +58,8 @@ def _tree_s(root: psutil.Process) -> dict[int, float]:
 
 class CpuMeter:
     """Start before a run, `stop()` after it. `server_pid`: the root of the server's
-    process tree (None: no server on this machine, everything else counts as other)."""
+    process tree (None: no server on this machine, everything else counts as other; this
+    process's pid: the engine runs in-process, as in `lengthwise profile`)."""
 
     def __init__(self, server_pid: int | None) -> None:
         self._server = psutil.Process(server_pid) if server_pid is not None else None
@@ -78,6 +79,8 @@ class CpuMeter:
             # A process born during the run counts from zero; one that died is lost (its
             # time then shows up as "other", erring towards flagging the run).
             server = sum(t - self._server0.get(pid, 0.0) for pid, t in now.items())
+        if self._server is not None and self._server.pid == self._client.pid:
+            client = 0.0  # the server is this process (and its children): counted once
         return CpuShare(wall_s=wall, server_cores=server / wall, client_cores=client / wall,
                         other_cores=max(busy - server - client, 0.0) / wall,
                         cores=psutil.cpu_count() or 1)

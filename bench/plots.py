@@ -32,6 +32,25 @@ def plot_cdf(runs: Sequence, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def plot_sim_vs_real(pairs: Sequence[tuple[str, Sequence[float], Sequence[float]]],
+                     path: Path) -> None:
+    """One panel per (title, real JCTs, simulated JCTs): the two CDFs over each other."""
+    fig, axes = plt.subplots(1, len(pairs), figsize=(3.2 * len(pairs), 3.2), squeeze=False,
+                             sharey=True)
+    for ax, (title, real, sim) in zip(axes[0], pairs, strict=True):
+        for values, style, label in ((real, "-", "real"), (sim, "--", "sim")):
+            jct = np.sort(values)
+            ax.plot(jct, np.arange(1, len(jct) + 1) / max(len(jct), 1), style, label=label)
+        ax.set(xlabel="JCT (s)", title=title)
+        ax.title.set_fontsize(9)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("fraction of requests")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_vs_rate(runs: Sequence[_Run], path: Path, metrics: list[tuple[str, str]]) -> None:
     """One panel per (summary field, label), one line per system."""
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)

@@ -32,6 +32,7 @@ import numpy as np
 
 from bench.costfile import Point, Profile, save, toml_section
 from bench.fit import fit_points
+from bench.hostload import CpuMeter, CpuShare
 
 
 def _engine(model: str, max_num_seqs: int, kv_gib: int) -> Any:
@@ -137,7 +138,9 @@ async def _measure(one: OneRequest, args: argparse.Namespace, bar: Any) -> list[
     return points
 
 
-async def _profile(args: argparse.Namespace) -> list[Point]:
+async def _profile(args: argparse.Namespace) -> tuple[list[Point], CpuShare | None]:
+    """The points, and who used the CPU meanwhile (None through a server: its processes are
+    not ours to tell from the rest)."""
     from tqdm import tqdm
 
     total = len(args.prefill_lengths) + len(args.batches) * len(args.context_lengths)
@@ -150,10 +153,12 @@ async def _profile(args: argparse.Namespace) -> list[Point]:
             async with httpx.AsyncClient(timeout=600) as client:
                 model = await served_model(client, args.through)
                 return await _measure(partial(_one_http, client, args.through, model), args,
-                                      bar)
+                                      bar), None
         engine = _engine(str(args.model), max(args.batches), args.kv_gib)
         try:
-            return await _measure(partial(_one, engine), args, bar)
+            meter = CpuMeter(os.getpid())  # engine processes are our children
+            points = await _measure(partial(_one, engine), args, bar)
+            return points, meter.stop()  # before shutdown: exited processes are not counted
         finally:
             engine.shutdown()
 
@@ -182,7 +187,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    points = asyncio.run(_profile(args))
+    points, cpu = asyncio.run(_profile(args))
+    if cpu is not None:
+        print(cpu.describe())
+        if cpu.contaminated:
+            print(f"warning: other processes kept {cpu.other_cores:.2f} cores busy while "
+                  "profiling; the step times include their interference", file=sys.stderr)
     sim, report, fitted = fit_points(points)
     what = (f"through the server at {args.through} (whole stack)" if args.through
             else f"vLLM CPU engine, max_num_seqs={max(args.batches)}, enforce_eager")

@@ -26,6 +26,8 @@ class Row(msgspec.Struct, kw_only=True):
     sim_mean_jct: float
     real_p99_jct: float
     sim_p99_jct: float
+    real_jct: list[float] = msgspec.field(default_factory=list)  # per request, for the plot
+    sim_jct: list[float] = msgspec.field(default_factory=list)
 
     @property
     def mean_error(self) -> float:
@@ -52,12 +54,14 @@ def validate(results: CompareResults, profile: costfile.Profile, predictor: str)
         requests = workload.build(spec)
         opts = SimOptions(policy=policy, max_running=results.max_num_seqs, sim=profile.sim,
                           natural=results.natural, max_model_len=spec.max_model_len)
-        sim = summarize(simulate(requests, predictions(requests,
-                                                       _predictor_for(policy, predictor),
-                                                       spec.seed), opts))
+        simulated = simulate(requests, predictions(requests, _predictor_for(policy, predictor),
+                                                   spec.seed), opts)
+        sim = summarize(simulated)
         rows.append(Row(system=run.system, rate=run.rate, real_mean_jct=run.summary.mean_jct,
                         sim_mean_jct=sim.mean_jct, real_p99_jct=run.summary.p99_jct,
-                        sim_p99_jct=sim.p99_jct))
+                        sim_p99_jct=sim.p99_jct,
+                        real_jct=[q.jct_s for q in run.requests if q.ok],
+                        sim_jct=[q.jct_s for q in simulated if q.ok]))
     return rows
 
 
@@ -78,12 +82,18 @@ def main(argv: list[str]) -> int:
     p.add_argument("--predictor", default="predictor/models/default",
                    help="predictor the daemon ran with (for non-oracle length policies)")
     p.add_argument("--out", type=Path, help="write the markdown table here too")
+    p.add_argument("--plot", type=Path, help="PNG: real and simulated JCT CDFs, per run")
     args = p.parse_args(argv)
     results = msgspec.json.decode(args.results.read_bytes(), type=CompareResults)
     rows = validate(results, costfile.load(args.profile), args.predictor)
     text = table(rows)
     if args.out:
         args.out.write_text(text)
+    if args.plot:
+        from bench.plots import plot_sim_vs_real
+
+        plot_sim_vs_real([(f"{r.system.partition(':')[2]} @ {r.rate:g} req/s", r.real_jct,
+                           r.sim_jct) for r in rows], args.plot)
     print(text)
     return 0
 

@@ -50,3 +50,44 @@ def test_cli_prints_the_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture
                  "--rate", "50", "--lengths", f"records:{records}", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["n_completed"] == 20 and out["p99_jct"] >= out["p50_jct"] > 0
+
+
+def test_validate_replays_the_runs_workload(tmp_path: Path) -> None:
+    """bench.validate rebuilds each run's workload from the results file: fed the simulator's
+    own results as the "real" run, it must find zero error, and it draws the CDF plot."""
+    import msgspec
+
+    from bench import validate
+    from bench.compare import CompareResults, RunRecord
+    from bench.costfile import Profile
+    from bench.metrics import summarize
+    from daemon.config import SimConfig
+
+    records = tmp_path / "r.jsonl"
+    records.write_text("\n".join(f'{{"prompt": "p{i}", "output_tokens": {5 + 7 * i}}}'
+                                 for i in range(30)))
+    spec = WorkloadSpec(lengths=f"records:{records}", rate=40.0, num=30, seed=3)
+    runs = []
+    for policy in ("fcfs", "oracle-sjf"):
+        reqs = build(spec)
+        how = "none" if policy == "fcfs" else "oracle"
+        results = simulate(reqs, predictions(reqs, how, 3),
+                           SimOptions(policy=policy, max_running=2))
+        runs.append(RunRecord(system=f"lengthwise:{policy}", rate=40.0,
+                              summary=summarize(results), requests=results, wall_s=1.0))
+    compare = CompareResults(model="m", max_num_seqs=2, workload=spec, natural=False,
+                             startup_s={}, runs=runs)
+    path = tmp_path / "results.json"
+    path.write_bytes(msgspec.json.encode(compare))
+    profile = tmp_path / "p.json"
+    profile.write_bytes(msgspec.json.encode(Profile(name="p", source="test", max_num_seqs=2,
+                                                    sim=SimConfig())))
+    plot = tmp_path / "v.png"
+    assert validate.main(["--results", str(path), "--profile", str(profile),
+                          "--plot", str(plot)]) == 0
+    rows = validate.validate(compare, msgspec.json.decode(profile.read_bytes(), type=Profile),
+                             "none")
+    assert [r.system for r in rows] == ["lengthwise:fcfs", "lengthwise:oracle-sjf"]
+    assert all(r.mean_error == pytest.approx(0.0) and r.p99_error == pytest.approx(0.0)
+               for r in rows)
+    assert plot.stat().st_size > 0

@@ -64,3 +64,14 @@ def test_scale_cap_and_context(tmp_path: Path) -> None:
     spec = WorkloadSpec(num=41, lengths=f"records:{_records(tmp_path)}", scale=2.0, cap=100)
     outs = sorted(r.output_tokens for r in build(spec))
     assert outs[0] == 6 and max(outs) == 100  # 3 x 2, and everything capped at 100
+
+
+def test_request_body_forces_length_and_salts_only_the_first_message() -> None:
+    from bench.client import ClientOptions, request_body
+    from bench.workload import Message, Request
+
+    req = Request(0, 0.0, [Message("system", "be brief"), Message("user", "hi")], 5, 17)
+    body = request_body(req, ClientOptions(salt="run 2. "), "m")
+    assert [m["content"] for m in body["messages"]] == ["run 2. be brief", "hi"]
+    assert body["max_tokens"] == body["min_tokens"] == 17 and body["ignore_eos"] is True
+    assert request_body(req, ClientOptions(), "m")["messages"][0]["content"] == "be brief"

@@ -37,7 +37,9 @@ class CpuShare(msgspec.Struct, frozen=True, kw_only=True):
 
 def _busy_s() -> float:
     t = psutil.cpu_times()
-    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+    # Linux counts guest time inside user/nice as well: leave it out once.
+    not_busy = ("idle", "iowait", "guest", "guest_nice")
+    return float(sum(t) - sum(getattr(t, name, 0.0) for name in not_busy))
 
 
 def _own_s(proc: psutil.Process) -> float:

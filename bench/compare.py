@@ -8,7 +8,6 @@ rate). Systems run one at a time: on a shared CPU, two engines would measure eac
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -88,9 +87,7 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
             print(f"{system.spec:>24} @ {rate:g} req/s: mean JCT {summary.mean_jct:.2f} s, "
                   f"p99 {summary.p99_jct:.2f} s, {summary.n_failed} failed; "
                   f"{cpu.describe()}", flush=True)
-            if cpu.contaminated:
-                print(f"warning: other processes kept {cpu.other_cores:.2f} cores busy during "
-                      "this run; its figures measure them too", file=sys.stderr, flush=True)
+            cpu.warn_if_contaminated("during this run")
     finally:
         server.stop()
     return startup, records

@@ -9,6 +9,7 @@ rest of the machine was busy, so a contaminated table is flagged instead of publ
 
 from __future__ import annotations
 
+import sys
 import time
 
 import msgspec
@@ -33,6 +34,11 @@ class CpuShare(msgspec.Struct, frozen=True, kw_only=True):
     def describe(self) -> str:
         return (f"CPU: server {self.server_cores:.2f}, client {self.client_cores:.2f}, "
                 f"other {self.other_cores:.2f} of {self.cores} cores")
+
+    def warn_if_contaminated(self, during: str) -> None:
+        if self.contaminated:
+            print(f"warning: other processes kept {self.other_cores:.2f} cores busy {during}; "
+                  "its figures measure them too", file=sys.stderr, flush=True)
 
 
 def _busy_s() -> float:
@@ -81,8 +87,8 @@ class CpuMeter:
             # A process born during the run counts from zero; one that died is lost (its
             # time then shows up as "other", erring towards flagging the run).
             server = sum(t - self._server0.get(pid, 0.0) for pid, t in now.items())
-        if self._server is not None and self._server.pid == self._client.pid:
-            client = 0.0  # the server is this process (and its children): counted once
+            if self._server.pid == self._client.pid:
+                client = 0.0  # the server is this process (and its children): counted once
         return CpuShare(wall_s=wall, server_cores=server / wall, client_cores=client / wall,
                         other_cores=max(busy - server - client, 0.0) / wall,
                         cores=psutil.cpu_count() or 1)

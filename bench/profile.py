@@ -190,9 +190,7 @@ def main(argv: list[str]) -> int:
     points, cpu = asyncio.run(_profile(args))
     if cpu is not None:
         print(cpu.describe())
-        if cpu.contaminated:
-            print(f"warning: other processes kept {cpu.other_cores:.2f} cores busy while "
-                  "profiling; the step times include their interference", file=sys.stderr)
+        cpu.warn_if_contaminated("while profiling")
     sim, report, fitted = fit_points(points)
     what = (f"through the server at {args.through} (whole stack)" if args.through
             else f"vLLM CPU engine, max_num_seqs={max(args.batches)}, enforce_eager")

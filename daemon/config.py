@@ -13,6 +13,10 @@ from typing import Literal
 
 import msgspec
 
+from daemon.core.costmodel import CostModel
+
+_COST = CostModel()  # [sim]'s defaults are the generic cost model's
+
 
 class ConfigError(ValueError):
     """A config file that cannot be used; the message names the file and the key."""
@@ -67,10 +71,26 @@ class EngineConfig(_Section, frozen=True):
 
 
 class AgingConfig(_Section, frozen=True):
-    # A job that has waited this many seconds in total (all its waits: first, and after
-    # each preemption or slice) is promoted ahead of every non-promoted job, longest wait
-    # first, and is no longer preempted: this bounds every wait whatever the policy prefers.
+    """[scheduler.aging]: every job's wait is bounded relative to its own size.
+
+    A job's bound is slowdown x its predicted service time (the seconds it needs once it
+    runs in a full batch, from the cost model), at least min_wait_s and at most
+    promote_after_s. A job whose total wait (all its waits: first, and after each
+    preemption or slice) reaches its bound is promoted ahead of every non-promoted job,
+    earliest deadline first, and is no longer preempted.
+    """
+
+    # The tail knob: a job may wait this many times its predicted service time (0 = only
+    # the absolute bound below). Lower: tail closer to FCFS; higher: mean closer to the
+    # policy's own.
+    slowdown: float = 4.0
+    # Seconds every job may wait before its bound applies (a floor for tiny jobs).
+    min_wait_s: float = 0.0
+    # Absolute backstop (s): no job waits longer than this in total, whatever its size.
     promote_after_s: float = 60.0
+    # A promoted job that finds no free slot preempts the running job with the most
+    # predicted work left (if that is more than its own), for every policy.
+    preempt: bool = True
     enabled: bool = True
 
 
@@ -154,11 +174,11 @@ class LimitsConfig(_Section, frozen=True):
 class SimConfig(_Section, frozen=True):
     """Cost model of the simulated executor (seconds). `lengthwise profile` fits these."""
 
-    prefill_base_s: float = 0.004
-    prefill_per_token_s: float = 0.00002
-    decode_base_s: float = 0.008
-    decode_per_seq_s: float = 0.0005
-    decode_per_context_token_s: float = 0.0000002
+    prefill_base_s: float = _COST.prefill_base_s
+    prefill_per_token_s: float = _COST.prefill_per_token_s
+    decode_base_s: float = _COST.decode_base_s
+    decode_per_seq_s: float = _COST.decode_per_seq_s
+    decode_per_context_token_s: float = _COST.decode_per_context_token_s
     # Token ids are drawn below this (SmolLM2's vocabulary size).
     vocab_size: int = 49152
 
@@ -245,8 +265,13 @@ def validate(config: Config, source: str) -> None:
         problems.append("limits.default_max_tokens must be >= 0")
     if config.limits.drain_timeout_s < 0:
         problems.append("limits.drain_timeout_s must be >= 0")
-    if config.scheduler.aging.promote_after_s <= 0:
+    aging = config.scheduler.aging
+    if aging.promote_after_s <= 0:
         problems.append("scheduler.aging.promote_after_s must be > 0")
+    if aging.slowdown < 0:
+        problems.append("scheduler.aging.slowdown must be >= 0")
+    if not 0 <= aging.min_wait_s <= aging.promote_after_s:
+        problems.append("scheduler.aging.min_wait_s must be in [0, promote_after_s]")
     problems += _policy_problems(config.policies)
     from policies import registry  # late: policies import daemon.core, not the reverse
 

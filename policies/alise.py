@@ -28,12 +28,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from daemon.config import ALISEConfig, Config, SimConfig
+from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, JobStatus, KVResidency
 from daemon.core.policy import DispatchContext, ExecutorView, Policy, class_rank
-from daemon.core.waitqueue import WaitQueue
 from policies.alise_wait import Holder, estimate_waits, plan_residency, work_ahead
 from policies.common import pick_victim
-from policies.costmodel import CostModel
 
 _MIN_TIME_S = 1e-6  # log2 floor
 
@@ -145,9 +144,8 @@ class ALISE(Policy):
         ahead = running_s + work_ahead(table[:, 0], table[:, 1], table[:, 2], mine[:, 0],
                                        mine[:, 1])
         levels = mine[:, 1] - ctx.now / self.age_threshold_s
-        after = ctx.waiting.promote_after_s
-        promote_in = None if after is None else np.array(
-            [WaitQueue.wait_started(job) + after - ctx.now for job in holders])
+        promote_in = None if ctx.waiting.bound is None else np.array(
+            [ctx.waiting.deadline(job) - ctx.now for job in holders])
         ewt = estimate_waits(ahead, levels, promote_in, len(ctx.executors), run_level,
                              self.age_threshold_s).tolist()
         found = [Holder(job, level, wait) for job, level, wait in zip(

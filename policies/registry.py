@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from daemon.config import Config
+from daemon.core.costmodel import CostModel
 from daemon.core.policy import Policy
 from policies.alise import ALISE
 from policies.fcfs import FCFS
@@ -25,5 +26,9 @@ def create(name: str, config: Config | None = None) -> Policy:
         cls = _POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; known: {names()}") from None
+    config = config or Config()
     from_config = getattr(cls, "from_config", None)
-    return from_config(config or Config()) if from_config is not None else cls()
+    policy = from_config(config) if from_config is not None else cls()
+    policy.cost = CostModel.from_sim(config.sim)
+    policy.batch_hint = config.scheduler.max_running
+    return policy

@@ -18,7 +18,7 @@ from daemon.core.job import Job, JobStatus, StopRequest
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
 from daemon.core.repredict import RemainingPredictor, Repredictor
 from daemon.core.stats import ExecutorStats
-from daemon.core.waitqueue import WaitQueue
+from daemon.core.waitqueue import WaitBound, WaitQueue
 from daemon.executors.base import Executor, Outcome
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class Scheduler:
         self.executors = executors
         self.policy = policy
         self.config = config
-        self.waiting = WaitQueue(policy.order_key, self._promote_after(config))
+        self.waiting = WaitQueue(policy.order_key, self._wait_bound())
         self.stats = {ex.name: ExecutorStats() for ex in executors}
         self.on_job_end: list[JobListener] = []  # called once per job that ended
         self.on_dispatch: list[DispatchListener] = []  # called at every launch and resume
@@ -61,9 +61,20 @@ class Scheduler:
             ex.max_running = config.max_running
             ex.on_stop = self._on_executor_stop
 
-    @staticmethod
-    def _promote_after(config: SchedulerConfig) -> float | None:
-        return config.aging.promote_after_s if config.aging.enabled else None
+    def _wait_bound(self) -> WaitBound | None:
+        """Seconds of total wait each job may accumulate: slowdown x its predicted service
+        time, within [min_wait_s, promote_after_s] (see AgingConfig)."""
+        aging, policy = self.config.aging, self.policy
+        if not (aging.enabled and policy.aged):
+            return None
+        low, high, k = aging.min_wait_s, aging.promote_after_s, aging.slowdown
+        if k <= 0:
+            return lambda _: high
+
+        def bound(job: Job) -> float:
+            return min(high, max(low, k * policy.service_s(job)))
+
+        return bound
 
     def now(self) -> float:
         return self._loop.time()
@@ -112,8 +123,7 @@ class Scheduler:
         self.config = config
         self.policy = policy
         self.repredictor.timeout_s = policy.repredict_timeout_s
-        self.waiting.promote_after_s = self._promote_after(config)
-        self.waiting.rekey(policy.order_key)
+        self.waiting.rekey(policy.order_key, self._wait_bound())
         self._policy_wakeup = None
         for ex in self.executors:
             ex.max_running = config.max_running
@@ -146,6 +156,8 @@ class Scheduler:
         """One decision round: launch what fits, preempt what pays, let the policy review."""
         ctx = DispatchContext(self.now(), self.waiting, self.executors)
         self._assign(ctx)
+        if self.config.aging.preempt and len(self.waiting):
+            self._preempt_for_promoted(ctx)
         if self.policy.preemptive and len(self.waiting):
             self._consider_preemption(ctx)
         self._policy_wakeup = self.policy.after_round(ctx)
@@ -162,6 +174,7 @@ class Scheduler:
             if pick is None:
                 return
             job, view = pick
+            job.promoted = job is promoted
             ex = self._by_name.get(view.name)
             if ex is None or ex.free_slots <= 0 or not self.waiting.remove(job):
                 log.error("policy %s proposed an invalid dispatch of %s to %s",
@@ -180,19 +193,40 @@ class Scheduler:
         for listener in self.on_dispatch:
             listener(job, ex)
 
-    def _consider_preemption(self, ctx: DispatchContext) -> None:
-        """Each waiting job in order may replace one running job, as long as the policy
-        says it pays; slots already being freed by earlier preemptions are counted. Jobs
-        at the policy's preemption bound, or promoted by aging, are never victims."""
-        limit = self.policy.max_preemptions
-        promoted = self.waiting.promote_after_s
+    def _preemptible(self, ctx: DispatchContext, limit: int | None) -> tuple[int, list[Job]]:
+        """(running jobs already being preempted, jobs that may still be): never a promoted
+        job, nor one at the preemption bound `limit`."""
         pending, eligible = 0, []
         for job in ctx.running_jobs():
             if job.stop_request == StopRequest.PREEMPT:
                 pending += 1
-            elif (job.stop_request is None and (limit is None or job.num_preemptions < limit)
-                  and (promoted is None or job.waited_s < promoted)):
+            elif (job.stop_request is None and not job.promoted
+                  and (limit is None or job.num_preemptions < limit)):
                 eligible.append(job)
+        return pending, eligible
+
+    def _preempt_for_promoted(self, ctx: DispatchContext) -> None:
+        """Jobs past their wait bound that found no free slot each replace the running job
+        with the most predicted work left, if that is more than their own: the bound holds
+        even when long jobs hold every slot. Slots already being freed are counted."""
+        pending, eligible = self._preemptible(ctx, self.policy.max_preemptions)
+        if not eligible:
+            return
+        service = self.policy.service_s
+        for candidate in self.waiting.promoted(ctx.now, pending + len(eligible))[pending:]:
+            victim = max(eligible, key=service)
+            if service(victim) <= service(candidate):
+                return
+            self._preempt(victim)
+            eligible.remove(victim)
+            if not eligible:
+                return
+
+    def _consider_preemption(self, ctx: DispatchContext) -> None:
+        """Each waiting job in order may replace one running job, as long as the policy
+        says it pays; slots already being freed by earlier preemptions are counted. Jobs
+        at the policy's preemption bound, or promoted by aging, are never victims."""
+        pending, eligible = self._preemptible(ctx, self.policy.max_preemptions)
         if not eligible:
             return
         for candidate in self.waiting.best(ctx.now, pending + len(eligible))[pending:]:
@@ -200,9 +234,12 @@ class Scheduler:
             if victim is None or victim not in eligible:
                 return
             eligible.remove(victim)
-            self._by_name[victim.executor_name or ""].request_stop(victim, StopRequest.PREEMPT)
+            self._preempt(victim)
             if not eligible:
                 return
+
+    def _preempt(self, job: Job) -> None:
+        self._by_name[job.executor_name or ""].request_stop(job, StopRequest.PREEMPT)
 
     # ---- checkpoints and re-prediction --------------------------------------------------
 

@@ -71,26 +71,29 @@ class EngineConfig(_Section, frozen=True):
 
 
 class AgingConfig(_Section, frozen=True):
-    """[scheduler.aging]: every job's wait is bounded relative to its own size.
+    """[scheduler.aging]: every wait is bounded on the workload's own time scale.
 
-    A job's bound is slowdown x its predicted service time (the seconds it needs once it
-    runs in a full batch, from the cost model), at least min_wait_s and at most
-    promote_after_s. A job whose total wait (all its waits: first, and after each
-    preemption or slice) reaches its bound is promoted ahead of every non-promoted job,
-    earliest deadline first, and is no longer preempted.
+    A job's bound is slowdown x the typical predicted service time (an EWMA over arriving
+    jobs of the seconds each needs once it runs in a full batch, from the cost model), at
+    least min_wait_s and at most promote_after_s. A job whose total wait (all its waits:
+    first, and after each preemption or slice) reaches its bound is promoted ahead of every
+    non-promoted job, earliest deadline first, and is no longer preempted.
     """
 
-    # The tail knob: a job may wait this many times its predicted service time (0 = only
-    # the absolute bound below). Lower: tail closer to FCFS; higher: mean closer to the
-    # policy's own.
-    slowdown: float = 4.0
-    # Seconds every job may wait before its bound applies (a floor for tiny jobs).
+    # The tail knob: a job may wait this many typical service times (0 = only the absolute
+    # bound below). Lower: tail nearer FCFS's; higher: mean nearer the policy's own.
+    slowdown: float = 6.0
+    # Seconds every job may wait before its bound applies (a floor).
     min_wait_s: float = 0.0
     # Absolute backstop (s): no job waits longer than this in total, whatever its size.
     promote_after_s: float = 60.0
     # A promoted job that finds no free slot preempts the running job with the most
     # predicted work left (if that is more than its own), for every policy.
     preempt: bool = True
+    # Before launching the policy's pick, check that no waiting job would then miss its
+    # bound that it meets if jobs start in deadline order (the first 64 deadlines); if one
+    # would, the earliest deadline goes first. Acts before a bound is missed, not after.
+    lookahead: bool = True
     enabled: bool = True
 
 

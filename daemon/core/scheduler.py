@@ -10,6 +10,7 @@ aging and preemption happen even when no slot frees.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections.abc import Callable
 
@@ -24,6 +25,23 @@ from daemon.executors.base import Executor, Outcome
 log = logging.getLogger(__name__)
 
 _MIN_TIMER_S = 0.001  # a policy asking for a round "now" again must not spin the loop
+_TYPICAL_WEIGHT = 0.01  # EWMA weight of one arrival: ~100 jobs of memory
+_LOOKAHEAD = 64  # waiting jobs, by deadline, whose starts the aging guard estimates
+
+
+def _starts_within(jobs: list[Job], slots: list[float], now: float,
+                   deadline: Callable[[Job], float], service: Callable[[Job], float]
+                   ) -> list[bool]:
+    """Whether each job, started in the given order on the earliest free of `slots`
+    (seconds from now until each frees), starts by its deadline."""
+    free = list(slots)
+    heapq.heapify(free)
+    out = []
+    for job in jobs:
+        start = heapq.heappop(free)
+        out.append(now + start <= deadline(job))
+        heapq.heappush(free, start + service(job))
+    return out
 
 
 class NotAccepting(Exception):
@@ -55,6 +73,7 @@ class Scheduler:
         self._loop = asyncio.get_running_loop()
         self._by_name = {ex.name: ex for ex in executors}
         self._policy_wakeup: float | None = None
+        self.typical_service_s = 0.0  # EWMA of arriving jobs' predicted service time (s)
         self.repredictor = Repredictor(self._on_reprediction)
         self.repredictor.timeout_s = policy.repredict_timeout_s
         for ex in executors:
@@ -62,8 +81,13 @@ class Scheduler:
             ex.on_stop = self._on_executor_stop
 
     def _wait_bound(self) -> WaitBound | None:
-        """Seconds of total wait each job may accumulate: slowdown x its predicted service
-        time, within [min_wait_s, promote_after_s] (see AgingConfig)."""
+        """Seconds of total wait each job may accumulate: slowdown x the typical predicted
+        service time of arriving jobs, within [min_wait_s, promote_after_s] (AgingConfig).
+
+        Measured in the simulator (docs/policies.md): a bound proportional to each job's
+        *own* service time loses to one uniform across jobs on both mean and p99, since
+        the tail is made of waits in bursts, not of long service; the uniform bound still
+        scales with the workload (seconds for chat answers, minutes for long reports)."""
         aging, policy = self.config.aging, self.policy
         if not (aging.enabled and policy.aged):
             return None
@@ -72,7 +96,7 @@ class Scheduler:
             return lambda _: high
 
         def bound(job: Job) -> float:
-            return min(high, max(low, k * policy.service_s(job)))
+            return min(high, max(low, k * (self.typical_service_s or policy.service_s(job))))
 
         return bound
 
@@ -105,7 +129,16 @@ class Scheduler:
             raise QueueFull(f"{len(self.waiting)} requests are already waiting")
         self._jobs[job.job_id] = job
         self._idle.clear()
+        self._observe_service(job)
         self._enqueue(job)
+
+    def _observe_service(self, job: Job) -> None:
+        """Track the typical predicted service time of arriving jobs (EWMA)."""
+        service = self.policy.service_s(job)
+        if self.typical_service_s <= 0:
+            self.typical_service_s = service
+        else:
+            self.typical_service_s += _TYPICAL_WEIGHT * (service - self.typical_service_s)
 
     def abort(self, job: Job) -> None:
         """Client went away: end the job wherever it is."""
@@ -171,16 +204,45 @@ class Scheduler:
                 pick = (promoted, self.policy.choose_executor(promoted, free)) if free else None
             else:
                 pick = self.policy.next_assignment(ctx)
+                if pick is not None and self.config.aging.lookahead:
+                    pick = self._guard(pick, ctx)
             if pick is None:
                 return
             job, view = pick
-            job.promoted = job is promoted
+            job.promoted = job is promoted or job.promoted
             ex = self._by_name.get(view.name)
             if ex is None or ex.free_slots <= 0 or not self.waiting.remove(job):
                 log.error("policy %s proposed an invalid dispatch of %s to %s",
                           self.policy.name, job.job_id, view.name)
                 return
             self._launch(job, ex)
+
+    def _guard(self, pick: tuple[Job, ExecutorView], ctx: DispatchContext
+               ) -> tuple[Job, ExecutorView]:
+        """The policy's pick, unless launching it now would make a waiting job miss its wait
+        deadline that it meets if jobs start in deadline order; then the earliest-deadline
+        job goes instead (protected from preemption). Starts are estimated by list-scheduling
+        the first `_LOOKAHEAD` deadlines on every slot, running jobs' predicted remaining
+        service first."""
+        job = pick[0]
+        edf = self.waiting.by_deadline(_LOOKAHEAD)
+        if not edf or edf[0] is job:
+            return pick
+        service = self.policy.service_s
+        busy = [service(j) for j in ctx.running_jobs()]
+        idle = [0.0] * max(sum(ex.max_running for ex in self.executors) - len(busy), 1)
+        slots = busy + idle
+        rest = [j for j in edf if j is not job]
+        on_time = _starts_within(rest, slots, ctx.now, self.waiting.deadline, service)
+        heapq.heapify(slots)
+        first = heapq.heappop(slots)  # the pick takes the first free slot
+        heapq.heappush(slots, first + service(job))
+        after = _starts_within(rest, slots, ctx.now, self.waiting.deadline, service)
+        if all(a or not b for a, b in zip(after, on_time, strict=True)):
+            return pick
+        head = edf[0]
+        head.promoted = True
+        return head, self.policy.choose_executor(head, ctx.free_executors())
 
     def _launch(self, job: Job, ex: Executor) -> None:
         job.status = JobStatus.RUNNING

@@ -82,6 +82,10 @@ class WaitQueue:
         """Up to n jobs past their wait deadline, earliest deadline first."""
         return [age[2] for age in self._take(self._ages, n, lambda e: self._promoted(e, now))]
 
+    def by_deadline(self, n: int) -> list[Job]:
+        """Up to n waiting jobs, earliest wait deadline first (none without aging)."""
+        return [age[2] for age in self._take(self._ages, n, lambda e: True)]
+
     def keyed(self) -> list[tuple[int, float, Job]]:
         """(class, policy key, job) of every waiting job, in no particular order; O(n)."""
         live = self._live  # inlined liveness test: this runs over thousands of entries

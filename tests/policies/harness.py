@@ -11,7 +11,6 @@ from daemon.config import AgingConfig, Config, PoliciesConfig, SchedulerConfig, 
 from daemon.core.job import Job, JobEnd, SamplingSpec, TokenDelta
 from daemon.core.repredict import RemainingPredictor
 from daemon.core.scheduler import Scheduler
-from daemon.core.waitqueue import WaitQueue
 from daemon.executors.base import Executor
 from daemon.executors.sim import SimExecutor, _prompt_seed
 from daemon.executors.virtualclock import VirtualClockLoop
@@ -40,6 +39,7 @@ class Dispatch:
     executor: str
     waited_s: float  # since it last entered the waiting set
     aging_violation: str | None = None
+    bound_s: float | None = None  # the total wait aging allowed it (None: aging off)
 
 
 @dataclass
@@ -90,11 +90,11 @@ def expected_tokens(job: Job, count: int) -> list[int]:
 
 def make_config(policy: str, *, max_running: int = 2, promote_after_s: float | None = None,
                 policies: PoliciesConfig | None = None, slowdown: float = 0.0,
-                preempt: bool = False) -> Config:
+                preempt: bool = False, lookahead: bool = False) -> Config:
     """Aging off unless promote_after_s is given; then absolute only unless slowdown > 0."""
     aging = AgingConfig(promote_after_s=promote_after_s or 60.0,
                         enabled=promote_after_s is not None, slowdown=slowdown,
-                        preempt=preempt)
+                        preempt=preempt, lookahead=lookahead)
     return Config(scheduler=SchedulerConfig(policy=policy, max_running=max_running,
                                             aging=aging),
                   policies=policies or PoliciesConfig())
@@ -159,7 +159,8 @@ def _check_dispatch(sched: Scheduler, job: Job, ex: Executor) -> Dispatch:
     queue = sched.waiting
     if queue.bound is None:
         return record
-    mine = now - job.waited_s + queue.bound(job)  # job.waited_s includes the wait just ended
+    record.bound_s = queue.bound(job)
+    mine = now - job.waited_s + record.bound_s  # job.waited_s includes the wait just ended
     for other in queue:
         theirs = queue.deadline(other)
         if theirs <= now and not (job.promoted and mine <= theirs + 1e-9):

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from daemon.config import ALISEConfig, PoliciesConfig, SimConfig
+from daemon.core.costmodel import CostModel
 from daemon.core.job import JobStatus, KVResidency
 from policies.alise import ALISE
 from policies.alise_wait import Holder, estimate_waits, plan_residency, work_ahead
-from daemon.core.costmodel import CostModel
 from tests.policies import harness
 from tests.policies.fakes import FakeExecutor, context, job
 from tests.policies.harness import Spec

@@ -205,6 +205,13 @@ class PredictorConfig(_Section, frozen=True):
     request_log: str = ""
 
 
+class CostModelConfig(_Section, frozen=True):
+    # A `lengthwise profile` JSON file (relative to the working dir) whose fitted
+    # coefficients drive the policies' time estimates and the core's wait bounds;
+    # "" = the [sim] section's. Read at start and on reload.
+    profile: str = ""
+
+
 class LogConfig(_Section, frozen=True):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -217,6 +224,7 @@ class Config(_Section, frozen=True):
     policies: PoliciesConfig = msgspec.field(default_factory=PoliciesConfig)
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     sim: SimConfig = msgspec.field(default_factory=SimConfig)
+    costmodel: CostModelConfig = msgspec.field(default_factory=CostModelConfig)
     predictor: PredictorConfig = msgspec.field(default_factory=PredictorConfig)
     log: LogConfig = msgspec.field(default_factory=LogConfig)
 
@@ -276,6 +284,13 @@ def validate(config: Config, source: str) -> None:
     if not 0 <= aging.min_wait_s <= aging.promote_after_s:
         problems.append("scheduler.aging.min_wait_s must be in [0, promote_after_s]")
     problems += _policy_problems(config.policies)
+    if config.costmodel.profile:
+        from daemon.costprofile import cost_model  # late: it imports this module
+
+        try:
+            cost_model(config)
+        except ConfigError as exc:
+            problems.append(str(exc))
     from policies import registry  # late: policies import daemon.core, not the reverse
 
     if config.scheduler.policy not in registry.names():

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from daemon.config import Config
-from daemon.core.costmodel import CostModel
 from daemon.core.policy import Policy
+from daemon.costprofile import cost_model
 from policies.alise import ALISE
 from policies.fcfs import FCFS
 from policies.isrtf import ISRTF, OracleSRPT
@@ -20,8 +20,8 @@ def names() -> list[str]:
 
 
 def create(name: str, config: Config | None = None) -> Policy:
-    """A fresh policy; its parameters come from `config` ([policies.*], [sim] for the cost
-    model, [scheduler] for the batch size), or the defaults when config is None."""
+    """A fresh policy; its parameters come from `config` ([policies.*], [costmodel] or
+    [sim] for the cost model, [scheduler] for the batch size), or the defaults."""
     try:
         cls = _POLICIES[name]
     except KeyError:
@@ -29,6 +29,6 @@ def create(name: str, config: Config | None = None) -> Policy:
     config = config or Config()
     from_config = getattr(cls, "from_config", None)
     policy = from_config(config) if from_config is not None else cls()
-    policy.cost = CostModel.from_sim(config.sim)
+    policy.cost = cost_model(config)
     policy.batch_hint = config.scheduler.max_running
     return policy

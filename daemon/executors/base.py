@@ -13,6 +13,8 @@ import enum
 import logging
 from collections.abc import Callable
 
+import msgspec
+
 from daemon.core.job import Job, StopRequest
 
 log = logging.getLogger(__name__)
@@ -28,12 +30,24 @@ class Outcome(enum.IntEnum):
 OnStop = Callable[[Job, Outcome, str | None], None]  # job, outcome, finish reason or error
 
 
+class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What the engine itself last reported (vLLM's scheduler stats), read by /metrics."""
+
+    num_running_reqs: int = 0  # in the engine's running batch
+    num_waiting_reqs: int = 0  # admitted by lengthwise but queued inside the engine
+    kv_cache_usage: float = 0.0  # fraction of KV blocks in use, 0-1
+    block_size: int = 0  # tokens per KV block
+    num_gpu_blocks: int = 0  # KV blocks of the engine's cache (device memory or CPU)
+
+
 class Executor(abc.ABC):
     def __init__(self, name: str, max_running: int) -> None:
         self.name = name
         self.max_running = max_running  # admission cap; the core may change it on reload
         self.running: dict[str, Job] = {}
         self.on_stop: OnStop = lambda job, outcome, detail: None
+        # The engine's own view as it last reported it; None until it did.
+        self.reported_stats: EngineStats | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -109,6 +123,10 @@ class Executor(abc.ABC):
             task.cancel()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)
+
+    def engine_stats(self) -> EngineStats | None:
+        """What the engine last said about itself (read by /metrics at scrape time)."""
+        return self.reported_stats
 
     def load(self) -> float:
         """Predicted outstanding work, in tokens, of the jobs admitted here."""

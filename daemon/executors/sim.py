@@ -13,9 +13,9 @@ import hashlib
 import sys
 from dataclasses import dataclass, field
 
-from daemon.config import SimConfig
+from daemon.config import SIM_KV_BLOCK_TOKENS, SimConfig
 from daemon.core.job import Job
-from daemon.executors.base import Executor
+from daemon.executors.base import EngineStats, Executor
 
 _NATURAL_MIN, _NATURAL_MAX = 16, 512  # output length range when the model "decides"
 
@@ -99,6 +99,16 @@ class SimExecutor(Executor):
             for seq in batch:
                 if seq in self._seqs and seq.num_produced < seq.max_new_tokens:
                     self._advance(seq)
+
+    def engine_stats(self) -> EngineStats:
+        """As vLLM would report them, computed when asked: every admitted job runs in the
+        batch, and each holds the KV blocks of its prompt and output so far."""
+        blocks = self.cost.kv_capacity_tokens // SIM_KV_BLOCK_TOKENS
+        held = sum(-(-(len(s.job.prompt_token_ids) + s.job.num_generated_tokens)
+                     // SIM_KV_BLOCK_TOKENS) for s in self._seqs)
+        return EngineStats(num_running_reqs=len(self._seqs),
+                           kv_cache_usage=min(held / blocks, 1.0),
+                           block_size=SIM_KV_BLOCK_TOKENS, num_gpu_blocks=blocks)
 
     def _advance(self, seq: _Seq) -> None:
         seq.prefilled = True

@@ -15,9 +15,51 @@ from typing import Any
 
 from daemon.config import Config
 from daemon.core.job import Job
-from daemon.executors.base import Executor
+from daemon.executors.base import EngineStats, Executor
 
 log = logging.getLogger(__name__)
+
+
+class _StatsRecorder:
+    """A vLLM per-engine stat logger (duck-typed StatLoggerBase) that keeps the engine's
+    last scheduler stats on the executor instead of logging them. Passing it as the only
+    custom logger, with vLLM's default loggers off, turns stats on without the periodic
+    log lines. It runs on the event loop, in AsyncLLM's output handler."""
+
+    def __init__(self, executor: Executor, vllm_config: Any) -> None:
+        self._executor = executor
+        self._cache = vllm_config.cache_config
+
+    def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
+               engine_idx: int = 0) -> None:
+        if scheduler_stats is None:
+            return
+        self._executor.reported_stats = EngineStats(
+            num_running_reqs=scheduler_stats.num_running_reqs,
+            num_waiting_reqs=(scheduler_stats.num_waiting_reqs
+                              + scheduler_stats.num_skipped_waiting_reqs),
+            kv_cache_usage=float(scheduler_stats.kv_cache_usage),
+            block_size=int(self._cache.block_size or 0),
+            num_gpu_blocks=int(self._cache.num_gpu_blocks or 0))
+
+    def log_engine_initialized(self) -> None:
+        # Called once the engine has sized its KV cache: num_gpu_blocks is known now.
+        self.record(_IdleStats(), None)
+
+    def log(self) -> None:
+        pass
+
+    def record_sleep_state(self, is_awake: int, level: int) -> None:
+        pass
+
+
+class _IdleStats:
+    """Scheduler stats of an engine with no requests (before its first step)."""
+
+    num_running_reqs = 0
+    num_waiting_reqs = 0
+    num_skipped_waiting_reqs = 0
+    kv_cache_usage = 0.0
 
 
 class VLLMExecutor(Executor):
@@ -41,6 +83,7 @@ class VLLMExecutor(Executor):
             # vLLM's own queue only reorders what lengthwise admitted; keep its preemption
             # victim choice in line with ours.
             "scheduling_policy": "priority",
+            # Stats stay on (see _StatsRecorder); this only turns vLLM's own loggers off.
             "disable_log_stats": True,
         }
         if model.max_model_len:
@@ -57,9 +100,14 @@ class VLLMExecutor(Executor):
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self._config.engine.cpu_kv_cache_gib)
         elif self.device.startswith("cuda:"):
             os.environ["CUDA_VISIBLE_DEVICES"] = self.device.split(":", 1)[1]
-        self._engine = AsyncLLM.from_engine_args(self._engine_args())
+        self._engine = AsyncLLM.from_engine_args(self._engine_args(),
+                                                 stat_loggers=[self._stats_recorder])
         await self._warm_up()
         log.info("executor %s ready on %s", self.name, self.device)
+
+    def _stats_recorder(self, vllm_config: Any, engine_index: int) -> Any:
+        """vLLM's per-engine stat-logger factory signature."""
+        return _StatsRecorder(self, vllm_config)
 
     async def _warm_up(self) -> None:
         """One short generation so the first client does not pay for lazy init."""

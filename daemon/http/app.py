@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from daemon.http.errors import ApiError
 from daemon.http.metrics import Metrics
+from daemon.http.routermetrics import RouterCollector
 from daemon.http.routes import Routes
 from daemon.service import Service
 
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 def build_app(service: Service) -> Starlette:
     routes = Routes(service)
     metrics = Metrics(service.scheduler, service.predictions)
+    metrics.registry.register(RouterCollector(service))
 
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)

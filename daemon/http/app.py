@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def build_app(service: Service) -> Starlette:
     routes = Routes(service)
-    metrics = Metrics(service.scheduler, service.predictions)
+    metrics = Metrics(service.scheduler, service.predictions, service.supervisors)
 
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)

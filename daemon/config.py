@@ -159,6 +159,10 @@ class LimitsConfig(_Section, frozen=True):
     default_max_tokens: int = 0
     # Seconds SIGTERM lets running and waiting jobs finish before they are aborted.
     drain_timeout_s: float = 30.0
+    # Range of the request field `priority` (lower = more urgent, a class ahead of every
+    # job of a higher value); anything outside gets a 400.
+    priority_min: int = -100
+    priority_max: int = 100
 
 
 class SimConfig(_Section, frozen=True):
@@ -260,6 +264,8 @@ def validate(config: Config, source: str) -> None:
         problems.append("limits.default_max_tokens must be >= 0")
     if config.limits.drain_timeout_s < 0:
         problems.append("limits.drain_timeout_s must be >= 0")
+    if config.limits.priority_min > config.limits.priority_max:
+        problems.append("limits.priority_min must be <= limits.priority_max")
     if config.scheduler.aging.promote_after_s <= 0:
         problems.append("scheduler.aging.promote_after_s must be > 0")
     problems += _policy_problems(config.policies)

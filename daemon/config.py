@@ -68,6 +68,16 @@ class EngineConfig(_Section, frozen=True):
     enable_prefix_caching: bool = True
     # Seconds allowed for engine start-up and warm-up before start-up fails.
     startup_timeout_s: float = 600.0
+    # Seconds between checks that each engine is alive and making progress.
+    health_check_interval_s: float = 1.0
+    # An engine with admitted jobs and no new token for this many seconds is declared dead
+    # (hung); 0 = never. Must exceed the longest prefill a request can need.
+    stall_timeout_s: float = 60.0
+    # Restarts tried after an engine dies before the daemon gives up and exits (status 1,
+    # so systemd restarts the whole service).
+    restart_attempts: int = 3
+    # Seconds before the second restart attempt; doubles for each one after.
+    restart_backoff_s: float = 2.0
 
 
 class AgingConfig(_Section, frozen=True):
@@ -172,6 +182,10 @@ class LimitsConfig(_Section, frozen=True):
     default_max_tokens: int = 0
     # Seconds SIGTERM lets running and waiting jobs finish before they are aborted.
     drain_timeout_s: float = 30.0
+    # Range of the request field `priority` (lower = more urgent, a class ahead of every
+    # job of a higher value); anything outside gets a 400.
+    priority_min: int = -100
+    priority_max: int = 100
 
 
 class SimConfig(_Section, frozen=True):
@@ -275,6 +289,11 @@ def validate(config: Config, source: str) -> None:
         problems.append("scheduler.max_running must be in 1..engine.max_num_seqs")
     if config.scheduler.max_waiting < 0:
         problems.append("scheduler.max_waiting must be >= 0")
+    engine = config.engine
+    if engine.health_check_interval_s <= 0 or engine.stall_timeout_s < 0:
+        problems.append("engine.health_check_interval_s must be > 0, stall_timeout_s >= 0")
+    if engine.restart_attempts < 0 or engine.restart_backoff_s < 0:
+        problems.append("engine.restart_attempts and restart_backoff_s must be >= 0")
     if not config.engine.devices:
         problems.append("engine.devices must name at least one device")
     if config.model.max_model_len < 0:
@@ -283,6 +302,8 @@ def validate(config: Config, source: str) -> None:
         problems.append("limits.default_max_tokens must be >= 0")
     if config.limits.drain_timeout_s < 0:
         problems.append("limits.drain_timeout_s must be >= 0")
+    if config.limits.priority_min > config.limits.priority_max:
+        problems.append("limits.priority_min must be <= limits.priority_max")
     aging = config.scheduler.aging
     if aging.promote_after_s <= 0:
         problems.append("scheduler.aging.promote_after_s must be > 0")

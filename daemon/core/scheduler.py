@@ -79,6 +79,7 @@ class Scheduler:
         for ex in executors:
             ex.max_running = config.max_running
             ex.on_stop = self._on_executor_stop
+            ex.on_up = self._wake.set  # a restarted engine has free slots again
 
     def _wait_bound(self) -> WaitBound | None:
         """Seconds of total wait each job may accumulate: slowdown x the typical predicted
@@ -379,6 +380,13 @@ class Scheduler:
             return True
         except TimeoutError:
             return False
+
+    def fail_waiting(self, error: str) -> None:
+        """No engine can serve any more: stop accepting, end every waiting job with error."""
+        self.accepting = False
+        for job in list(self.waiting):
+            self.waiting.remove(job)
+            self._end(job, JobStatus.FAILED, None, error=error)
 
     async def abort_all(self, timeout_s: float = 10.0) -> None:
         for job in list(self._jobs.values()):

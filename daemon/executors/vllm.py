@@ -3,6 +3,10 @@
 Preemption is abort + resume: the engine request is aborted at a token boundary, the job
 keeps its generated ids, and the next dispatch submits prompt + generated ids with the
 remaining budget. With prefix caching on, the resumed prefill mostly hits cached blocks.
+
+The engine runs in its own process (EngineCore). When that process dies, vLLM flags the
+client dead and every stream raises EngineDeadError: the executor is then marked down and
+its supervisor replaces the engine with a fresh one (see supervisor.py).
 """
 
 from __future__ import annotations
@@ -100,8 +104,10 @@ class VLLMExecutor(Executor):
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self._config.engine.cpu_kv_cache_gib)
         elif self.device.startswith("cuda:"):
             os.environ["CUDA_VISIBLE_DEVICES"] = self.device.split(":", 1)[1]
-        self._engine = AsyncLLM.from_engine_args(self._engine_args(),
-                                                 stat_loggers=[self._stats_recorder])
+        # Built in a thread: loading takes ~20 s and the loop keeps serving meanwhile (health,
+        # other executors' streams, the watchdog). vLLM starts its output task lazily.
+        self._engine = await asyncio.to_thread(
+            AsyncLLM.from_engine_args, self._engine_args(), stat_loggers=[self._stats_recorder])
         await self._warm_up()
         log.info("executor %s ready on %s", self.name, self.device)
 
@@ -121,9 +127,28 @@ class VLLMExecutor(Executor):
 
     async def shutdown(self) -> None:
         await self.stop_all_tasks()
+        self._stop_engine()
+
+    def _stop_engine(self) -> None:
         if self._engine is not None:
-            self._engine.shutdown()
-            self._engine = None
+            engine, self._engine = self._engine, None
+            engine.shutdown()
+
+    def engine_problem(self) -> str | None:
+        if self._engine is not None and self._engine.errored:
+            return "the vLLM engine is dead (EngineCore process gone or failed)"
+        return None
+
+    def engine_failure(self, exc: BaseException) -> str | None:
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        if isinstance(exc, EngineDeadError):
+            return f"the vLLM engine is dead ({type(exc).__name__})"
+        return self.engine_problem()
+
+    async def restart_engine(self) -> None:
+        self._stop_engine()
+        await self.start()
 
     async def _generate(self, job: Job, max_new_tokens: int, engine_priority: int) -> str | None:
         from vllm.inputs import TokensPrompt

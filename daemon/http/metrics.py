@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from daemon.core.job import Job, JobStatus
 from daemon.core.scheduler import Scheduler
+from daemon.executors.supervisor import Supervisor
 from daemon.prediction import Predictions
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -59,10 +60,28 @@ class _SchedulerCollector(Collector):
                                   value=pstats.fallbacks)
 
 
+class _EngineCollector(Collector):
+    def __init__(self, supervisors: list[Supervisor]) -> None:
+        self._supervisors = supervisors
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        up = GaugeMetricFamily("lengthwise_engine_up", "1 while the executor's engine serves, "
+                               "0 while it is down or restarting", labels=["executor"])
+        restarts = CounterMetricFamily("lengthwise_engine_restarts", "Engines replaced after "
+                                       "they died or hung", labels=["executor"])
+        for sup in self._supervisors:
+            up.add_metric([sup.executor.name], float(sup.executor.down_reason is None))
+            restarts.add_metric([sup.executor.name], sup.restarts)
+        yield up
+        yield restarts
+
+
 class Metrics:
-    def __init__(self, scheduler: Scheduler, predictions: Predictions) -> None:
+    def __init__(self, scheduler: Scheduler, predictions: Predictions,
+                 supervisors: list[Supervisor] | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_SchedulerCollector(scheduler, predictions))
+        self.registry.register(_EngineCollector(supervisors or []))
         self.ttft = Histogram("lengthwise_ttft_seconds", "Arrival to first token",
                               ["executor"], buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.tpot = Histogram("lengthwise_tpot_seconds", "Mean time per output token after the "

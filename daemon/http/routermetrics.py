@@ -165,8 +165,5 @@ class RouterCollector(Collector):
                     SamplingSpec(max_tokens=max(int(output_tokens), 1)), arrival_time=now,
                     predicted_output_tokens=output_tokens, enqueue_time=now)
         key = (probe.priority, sched.policy.order_key(probe))
-        promote_after = sched.waiting.promote_after_s
         return [job for prio, job_key, job in sched.waiting.keyed()
-                if (prio, job_key) <= key or (
-                    promote_after is not None
-                    and now - sched.waiting.wait_started(job) >= promote_after)]
+                if (prio, job_key) <= key or sched.waiting.deadline(job) <= now]

@@ -207,6 +207,11 @@ class PredictorConfig(_Section, frozen=True):
     # Folder of a trained predictor (`lengthwise predictor train --out DIR`); "" = the small
     # proxy shipped with lengthwise; "none" = no prediction (every job gets the fallback).
     path: str = ""
+    # Folder of a trained iterative predictor (`train --kind iterative`) that re-predicts a
+    # running job's remaining tokens from prompt + partial answer at policy checkpoints
+    # (isrtf, alise); "" = the one shipped with lengthwise; "none" = off (remaining = first
+    # prediction minus tokens generated).
+    iterative_path: str = ""
     # Seconds a request waits for its prediction before it gets the fallback estimate.
     timeout_s: float = 0.5
     # Most requests predicted in one model call.

@@ -68,7 +68,7 @@ class Service:
         await asyncio.wait_for(asyncio.gather(self.predictions.load(),
                                               *(ex.start() for ex in self.executors)),
                                self.config.engine.startup_timeout_s)
-        if self.predictions.predictor is not None:
+        if self.predictions.iterative is not None:
             self.scheduler.remaining_predictor = self.predictions.remaining
         self._scheduler_task = asyncio.create_task(self.scheduler.run(), name="scheduler")
         self._supervisor_tasks = [asyncio.create_task(sup.run(), name=f"supervise:{ex.name}")

@@ -58,6 +58,13 @@ class _SchedulerCollector(Collector):
         yield CounterMetricFamily("lengthwise_prediction_fallbacks", "Jobs that got the "
                                   "fallback estimate (predictor failed or was late)",
                                   value=pstats.fallbacks)
+        rep = sched.repredictor
+        yield CounterMetricFamily("lengthwise_repredictions", "Remaining-length re-predictions "
+                                  "applied to running jobs", value=rep.jobs)
+        yield CounterMetricFamily("lengthwise_repredict_batches", "Re-prediction batches asked "
+                                  "of the iterative predictor", value=rep.batches)
+        yield CounterMetricFamily("lengthwise_repredict_failures", "Re-prediction batches that "
+                                  "failed or timed out (old estimates kept)", value=rep.failures)
 
 
 class _EngineCollector(Collector):
@@ -103,7 +110,12 @@ class Metrics:
                                   "a blocked loop delays every stream", buckets=_LAG_BUCKETS,
                                   registry=self.registry)
         scheduler.on_job_end.append(self.observe_job)
+        self.repredict_s = Histogram("lengthwise_repredict_batch_seconds", "Time of one "
+                                     "re-prediction batch (detokenize + iterative model)",
+                                     buckets=_TPOT_BUCKETS, registry=self.registry)
         predictions.on_batch.append(lambda size, seconds: self.prediction_s.observe(seconds))
+        predictions.on_remaining_batch.append(
+            lambda size, seconds: self.repredict_s.observe(seconds))
 
     def observe_job(self, job: Job) -> None:
         if job.status != JobStatus.FINISHED or job.first_token_time is None:

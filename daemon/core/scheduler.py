@@ -29,18 +29,17 @@ _TYPICAL_WEIGHT = 0.01  # EWMA weight of one arrival: ~100 jobs of memory
 _LOOKAHEAD = 64  # waiting jobs, by deadline, whose starts the aging guard estimates
 
 
-def _starts_within(jobs: list[Job], slots: list[float], now: float,
-                   deadline: Callable[[Job], float], service: Callable[[Job], float]
-                   ) -> list[bool]:
-    """Whether each job, started in the given order on the earliest free of `slots`
-    (seconds from now until each frees), starts by its deadline."""
+def _starts_within(deadlines: list[float], services: list[float], slots: list[float],
+                   now: float) -> list[bool]:
+    """Whether each job (its deadline and service seconds), started in the given order on
+    the earliest free of `slots` (seconds from now until each frees), starts in time."""
     free = list(slots)
     heapq.heapify(free)
     out = []
-    for job in jobs:
+    for deadline, service in zip(deadlines, services, strict=True):
         start = heapq.heappop(free)
-        out.append(now + start <= deadline(job))
-        heapq.heappush(free, start + service(job))
+        out.append(now + start <= deadline)
+        heapq.heappush(free, start + service)
     return out
 
 
@@ -234,11 +233,13 @@ class Scheduler:
         idle = [0.0] * max(sum(ex.max_running for ex in self.executors) - len(busy), 1)
         slots = busy + idle
         rest = [j for j in edf if j is not job]
-        on_time = _starts_within(rest, slots, ctx.now, self.waiting.deadline, service)
+        deadlines = [self.waiting.deadline(j) for j in rest]
+        services = [service(j) for j in rest]
+        on_time = _starts_within(deadlines, services, slots, ctx.now)
         heapq.heapify(slots)
         first = heapq.heappop(slots)  # the pick takes the first free slot
         heapq.heappush(slots, first + service(job))
-        after = _starts_within(rest, slots, ctx.now, self.waiting.deadline, service)
+        after = _starts_within(deadlines, services, slots, ctx.now)
         if all(a or not b for a, b in zip(after, on_time, strict=True)):
             return pick
         head = edf[0]

@@ -61,7 +61,11 @@ class DaemonProcess:
             [str(LENGTHWISE), "serve", "--config", str(config_path)],
             stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
             env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-            start_new_session=True,  # a group of its own: a kill takes the engine along
+            # A process group of its own, so a kill takes the engine along; not a session of
+            # its own: with the kernel's autogroup scheduling a new session is a CPU group of
+            # its own, where the engine's busy CPU worker starves the daemon's event loop
+            # (on 2 cores, /metrics took 4 s to answer and requests reached it seconds late).
+            process_group=0,
         )
 
     def wait_ready(self, timeout_s: float = 300.0) -> None:

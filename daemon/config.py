@@ -29,6 +29,10 @@ class ServerConfig(_Section, frozen=True):
     max_body_bytes: int = 4 * 1024 * 1024
     # Seconds hypercorn waits for open connections after the drain has finished.
     graceful_timeout_s: float = 5.0
+    # Listen backlog: connections the kernel queues before the daemon accepts them; a burst
+    # beyond it gets connection errors (hypercorn's default is 100). The kernel caps it at
+    # net.core.somaxconn.
+    backlog: int = 4096
 
 
 class ModelConfig(_Section, frozen=True):
@@ -240,6 +244,8 @@ def validate(config: Config, source: str) -> None:
     problems = []
     if not 0 < config.server.port < 65536:
         problems.append("server.port must be in 1..65535")
+    if config.server.backlog < 1:
+        problems.append("server.backlog must be >= 1")
     pred = config.predictor
     if pred.timeout_s <= 0 or pred.max_batch < 1 or pred.threads < 1:
         problems.append("predictor.timeout_s must be > 0, max_batch and threads >= 1")

@@ -139,6 +139,15 @@ class Predictions:
         pairs = [(inp, self._decode(ids)) for inp, ids in batch]
         return [float(v) for v in self.predictor.predict_remaining(pairs)]
 
+    def forget(self, job: Job) -> None:
+        """A job that was predicted but never entered the scheduler (429/503, client gone)."""
+        self._inputs.pop(job.job_id, None)
+
+    @property
+    def num_tracked(self) -> int:
+        """Jobs whose prediction input is kept until they end (re-prediction, feedback)."""
+        return len(self._inputs)
+
     def on_job_end(self, job: Job) -> None:
         """Scheduler listener: feed natural completions back, log the request."""
         inp = self._inputs.pop(job.job_id, None)

@@ -89,20 +89,27 @@ class Routes:
                      prefix: str, messages: list[dict[str, str]]) -> Job:
         svc = self.service
         if not svc.ready:
-            raise ApiError(503, "the server is starting; retry shortly", "server_error")
+            raise ApiError(503, "the server is starting; retry shortly", "server_error",
+                           retry_after_s=svc.retry_after_s())
         sampling = translate.sampling_spec(req, requested_max, len(prompt), svc.max_model_len,
                                            svc.config.limits)
         job = svc.new_job(prompt, sampling, req.priority, prefix)
         predict_first = svc.scheduler.policy.uses_predictions
-        if predict_first:
-            job.predicted_output_tokens = await svc.predictions.predict(job, messages)
+        submitted = False
         try:
+            if predict_first:
+                job.predicted_output_tokens = await svc.predictions.predict(job, messages)
             svc.scheduler.submit(job)
+            submitted = True
         except NotAccepting as exc:
-            raise ApiError(503, f"{exc}", "server_error") from None
+            raise ApiError(503, f"{exc}", "server_error",
+                           retry_after_s=svc.retry_after_s()) from None
         except QueueFull as exc:
-            raise ApiError(429, f"server overloaded: {exc}; retry later",
-                           "rate_limit_error") from None
+            raise ApiError(429, f"server overloaded: {exc}; retry later", "rate_limit_error",
+                           retry_after_s=svc.retry_after_s()) from None
+        finally:
+            if not submitted:  # refused, or the client left during prediction: never ends
+                svc.predictions.forget(job)
         if not predict_first:  # the job already waits or runs meanwhile
             job.predicted_output_tokens = await svc.predictions.predict(job, messages)
         return job
@@ -119,6 +126,9 @@ class Routes:
         try:
             async for item in _outputs(job):
                 if isinstance(item, JobEnd):
+                    if item.error is not None and self.service.failed.is_set():
+                        raise ApiError(503, item.error, "server_error",
+                                       retry_after_s=self.service.retry_after_s())
                     if item.error is not None:
                         raise ApiError(500, item.error, "server_error")
                     return "".join(pieces), item

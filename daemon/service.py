@@ -9,6 +9,7 @@ import math
 import uuid
 from pathlib import Path
 
+from daemon import apikeys
 from daemon.config import Config
 from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.scheduler import Scheduler
@@ -57,6 +58,7 @@ class Service:
         self.scheduler.on_job_end.append(self.predictions.on_job_end)
         self.scheduler.on_job_end.append(self._observe_service)
         self._service_s = 1.0  # seconds a job runs once dispatched (EWMA of finished jobs)
+        self.keys = self._load_keys(config)
         self.ready = False
         # Set when no executor can be restarted: the daemon must exit so systemd restarts it.
         self.failed = asyncio.Event()
@@ -121,9 +123,16 @@ class Service:
 
     def apply(self, config: Config) -> None:
         """Adopt a reloaded tree whose restart-only sections equal the running ones."""
+        keys = self._load_keys(config)  # the file's contents change live; may raise
         self.scheduler.reconfigure(config.scheduler,
                                    registry.create(config.scheduler.policy, config))
+        self.keys = keys
         self.config = config
+
+    @staticmethod
+    def _load_keys(config: Config) -> apikeys.KeyRing | None:
+        path = config.server.api_keys_file
+        return apikeys.load(path) if path else None
 
     async def shutdown(self) -> None:
         self.ready = False

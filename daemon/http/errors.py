@@ -15,14 +15,15 @@ class ApiError(Exception):
         super().__init__(message)
         self.status = status
         self.info = ErrorInfo(message=message, type=type_, param=param, code=code)
-        self.retry_after_s = retry_after_s  # seconds, sent as Retry-After (429, 503)
+        self.headers: dict[str, str] = {}
+        if retry_after_s is not None:  # seconds (429, 503)
+            self.headers["retry-after"] = str(retry_after_s)
 
     def body(self) -> bytes:
         return msgspec.json.encode(ErrorBody(self.info))
 
     def response(self) -> Response:
-        headers = None if self.retry_after_s is None else {"retry-after": str(self.retry_after_s)}
-        return Response(self.body(), status_code=self.status, headers=headers,
+        return Response(self.body(), status_code=self.status, headers=self.headers,
                         media_type="application/json")
 
 

@@ -10,9 +10,11 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from daemon.apikeys import ApiKey
 from daemon.core.job import Job, JobEnd, TokenDelta
 from daemon.core.scheduler import NotAccepting, QueueFull
 from daemon.http import translate
+from daemon.http.auth import authorize
 from daemon.http.errors import ApiError
 from daemon.http.schemas import (
     ChatChoice,
@@ -85,14 +87,25 @@ class Routes:
         if name != served:
             raise translate.unknown_model(name, served)
 
+    def _check_priority(self, priority: int, key: ApiKey | None) -> None:
+        """Keys without a range of their own may not ask for a more urgent class than 0."""
+        if key is None:
+            return
+        limits = self.service.config.limits
+        low, high = key.priority_range or (max(limits.priority_min, 0), limits.priority_max)
+        if not low <= priority <= high:
+            raise ApiError(403, f"key {key.name!r} may use priority {low}..{high} only",
+                           "permission_error", "priority")
+
     async def _admit(self, req: SamplingFields, prompt: list[int], requested_max: int | None,
-                     prefix: str, messages: list[dict[str, str]]) -> Job:
+                     prefix: str, messages: list[dict[str, str]], key: ApiKey | None) -> Job:
         svc = self.service
         if not svc.ready:
             raise ApiError(503, "the server is starting; retry shortly", "server_error",
                            retry_after_s=svc.retry_after_s())
         sampling = translate.sampling_spec(req, requested_max, len(prompt), svc.max_model_len,
                                            svc.config.limits)
+        self._check_priority(req.priority, key)
         job = svc.new_job(prompt, sampling, req.priority, prefix)
         predict_first = svc.scheduler.policy.uses_predictions
         submitted = False
@@ -147,6 +160,7 @@ class Routes:
     # ---- endpoints ----------------------------------------------------------------------
 
     async def chat_completions(self, request: Request) -> Response:
+        key = authorize(self.service.keys, request, "api")
         req = await self._read(request, ChatCompletionRequest)
         assert isinstance(req, ChatCompletionRequest)
         self._check_model(req.model)
@@ -157,7 +171,7 @@ class Routes:
             raise translate.bad_request(str(exc), "messages") from None
         requested = req.max_completion_tokens if req.max_completion_tokens is not None \
             else req.max_tokens
-        job = await self._admit(req, prompt, requested, "chatcmpl", messages)
+        job = await self._admit(req, prompt, requested, "chatcmpl", messages, key)
         if req.stream:
             return StreamingResponse(self._chat_stream(job, req), media_type="text/event-stream",
                                      headers={**_SSE_HEADERS, **self._headers(job)})
@@ -189,6 +203,7 @@ class Routes:
         return self._stream(job, req, render, lambda: chunk([], _usage(job)))
 
     async def completions(self, request: Request) -> Response:
+        key = authorize(self.service.keys, request, "api")
         req = await self._read(request, CompletionRequest)
         assert isinstance(req, CompletionRequest)
         self._check_model(req.model)
@@ -200,7 +215,7 @@ class Routes:
             translate.check_vocab(prompt, tokenizer.vocab_size)
             text = await asyncio.to_thread(tokenizer.decode, prompt)
         job = await self._admit(req, prompt, req.max_tokens, "cmpl",
-                                [{"role": "user", "content": text}])
+                                [{"role": "user", "content": text}], key)
         if req.stream:
             return StreamingResponse(self._completion_stream(job, req),
                                      media_type="text/event-stream",
@@ -243,12 +258,18 @@ class Routes:
             self.service.scheduler.abort(job)  # no-op when it ended; client gone otherwise
 
     async def models(self, request: Request) -> Response:
+        authorize(self.service.keys, request, "api")
         svc = self.service
         card = ModelCard(id=svc.config.model.name, created=int(time.time()),
                          max_model_len=svc.max_model_len)
         return _json(ModelList([card]))
 
+    def authorize_monitoring(self, request: Request) -> None:
+        if self.service.config.server.protect_monitoring:
+            authorize(self.service.keys, request, "monitoring")
+
     async def health(self, request: Request) -> Response:
+        self.authorize_monitoring(request)
         if not self.service.ready:
             return _json({"status": "starting"}, 503)
         if self.service.failed.is_set():

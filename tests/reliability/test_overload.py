@@ -1,22 +1,23 @@
-"""Overload on the real daemon (simulated executor: the HTTP side is what is under test):
-the listen backlog is the configured one, and a burst of 500 concurrent requests gets
-answers (200 or 429 with Retry-After), not connection errors."""
+"""Overload and bad input on the real daemon (simulated executor: the HTTP side is what is
+under test), through `lengthwise chaos`'s probes: the listen backlog is the configured one,
+bursts of 500 concurrent requests get answers (200, or 429 with Retry-After), never
+connection errors or 5xx, and the malformed corpus gets only the expected 4xx."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
+from bench import chaos
 from tests.support import SMOLLM2, DaemonProcess, config_text, free_port
 
 pytestmark = pytest.mark.engine
 
-CONCURRENCY = 500
+MODEL = "smollm2-135m-instruct"
 
 
 def _listen_backlog(port: int) -> int:
@@ -26,27 +27,14 @@ def _listen_backlog(port: int) -> int:
     return int(out[2])
 
 
-async def _burst(base_url: str) -> collections.Counter[str]:
-    body = {"model": "smollm2-135m-instruct", "max_tokens": 4, "ignore_eos": True,
-            "messages": [{"role": "user", "content": "hi"}]}
-    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=0)
-    outcomes: collections.Counter[str] = collections.Counter()
+async def _probe(base_url: str) -> tuple[dict[str, float], dict[str, float]]:
+    limits = httpx.Limits(max_connections=600, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=base_url, timeout=120, limits=limits) as client:
-        async def one() -> None:
-            try:
-                response = await client.post("/v1/chat/completions", json=body)
-            except httpx.TransportError as exc:
-                outcomes[type(exc).__name__] += 1
-                return
-            outcomes[str(response.status_code)] += 1
-            if response.status_code == 429:
-                outcomes["429 with retry-after"] += "retry-after" in response.headers
-
-        await asyncio.gather(*(one() for _ in range(CONCURRENCY)))
-    return outcomes
+        return (await chaos.malformed(client, MODEL),
+                await chaos.overload(client, base_url, MODEL, concurrency=500, cycles=2))
 
 
-def test_burst_of_500_gets_answers(tmp_path: Path) -> None:
+def test_bursts_and_bad_input_get_answers(tmp_path: Path) -> None:
     config = tmp_path / "lengthwise.toml"
     port = free_port()
     text = config_text(SMOLLM2, port, engine_kind="sim", extra='[predictor]\npath = "none"\n')
@@ -55,9 +43,11 @@ def test_burst_of_500_gets_answers(tmp_path: Path) -> None:
     try:
         daemon.wait_ready(120)
         assert _listen_backlog(port) == 4096
-        outcomes = asyncio.run(_burst(daemon.base_url))
-        assert sum(outcomes[k] for k in ("200", "429")) == CONCURRENCY, outcomes
-        assert outcomes["200"] >= 100 and outcomes["429"] >= 1, outcomes
-        assert outcomes["429 with retry-after"] == outcomes["429"], outcomes
+        bad, burst = asyncio.run(_probe(daemon.base_url))
+        assert bad["5xx"] == 0 and bad["status as expected"] == bad["requests"], bad
+        assert burst["connection errors"] == 0 and burst["5xx"] == 0, burst
+        assert burst["200"] + burst["429"] == burst["requests"], burst
+        assert burst["200"] >= 200 and burst["429"] >= 1, burst
+        assert burst["429 without Retry-After"] == 0, burst
     finally:
         assert daemon.stop() == 0, daemon.log()

@@ -76,10 +76,13 @@ class Routes:
         limit = self.service.config.server.max_body_bytes
         if int(request.headers.get("content-length") or 0) > limit:
             raise ApiError(413, f"request body exceeds {limit} bytes")
-        body = await request.body()
-        if len(body) > limit:
-            raise ApiError(413, f"request body exceeds {limit} bytes")
-        req: msgspec.Struct = translate.decode_body(body, kind)
+        chunks, size = [], 0
+        async for chunk in request.stream():  # a chunked body is cut as it streams in
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"request body exceeds {limit} bytes")
+            chunks.append(chunk)
+        req: msgspec.Struct = translate.decode_body(b"".join(chunks), kind)
         return req
 
     def _check_model(self, name: str) -> None:

@@ -70,3 +70,23 @@ async def test_draining_503_says_when_to_retry(rig: tuple[httpx.AsyncClient, Ser
     assert response.status_code == 503
     assert response.headers["retry-after"] == "13"  # the drain limit, rounded up
     assert response.json()["error"]["type"] == "server_error"
+
+
+async def test_a_chunked_body_is_cut_at_the_limit(rig: tuple[httpx.AsyncClient, Service]
+                                                  ) -> None:
+    http, service = rig
+    await service.start()
+    sent = 0
+
+    async def endless() -> AsyncIterator[bytes]:  # no content-length: sent chunked
+        nonlocal sent
+        yield b'{"model": "' + MODEL.encode() + b'", "user": "'
+        while sent < 64 * 2**20:
+            sent += 2**16
+            yield b"x" * 2**16
+
+    limit = service.config.server.max_body_bytes
+    response = await http.post("/v1/chat/completions", content=endless())
+    assert response.status_code == 413
+    assert response.json()["error"]["message"] == f"request body exceeds {limit} bytes"
+    assert sent < 2 * limit  # refused while it streamed in, not after 64 MiB

@@ -15,6 +15,7 @@ commands:
   bench       load tests: `bench run` (one server), `bench compare` (systems side by side)
   profile     measure the engine and fit the execution-time cost model
   sim         the real scheduler and policies on simulated engines, in virtual time
+  chaos       operational probes against a running daemon (bad input, engine kill, overload)
 """
 
 # command -> "module:function" taking argv and returning an exit code; imported on use so
@@ -25,6 +26,7 @@ _SUBCOMMANDS = {
     "bench": "bench.cli:main",
     "profile": "bench.profile:main",
     "sim": "bench.sim:main",
+    "chaos": "bench.chaos:main",
 }
 
 

@@ -33,6 +33,16 @@ class ServerConfig(_Section, frozen=True):
     max_body_bytes: int = 4 * 1024 * 1024
     # Seconds hypercorn waits for open connections after the drain has finished.
     graceful_timeout_s: float = 5.0
+    # File of API keys (format in daemon/apikeys.py), re-read on SIGHUP; "" = no keys:
+    # every client is served (bind to a trusted network only).
+    api_keys_file: str = ""
+    # With api_keys_file set: /metrics and /health need a key of scope monitoring (or all);
+    # false leaves them open for probes and scrapers.
+    protect_monitoring: bool = False
+    # Listen backlog: connections the kernel queues before the daemon accepts them; a burst
+    # beyond it gets connection errors (hypercorn's default is 100). The kernel caps it at
+    # net.core.somaxconn.
+    backlog: int = 4096
 
 
 class ModelConfig(_Section, frozen=True):
@@ -273,7 +283,12 @@ def load(path: str | os.PathLike[str]) -> Config:
         text = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    return decode(text, str(path))
+    config = decode(text, str(path))
+    if config.server.api_keys_file:
+        from daemon import apikeys  # late: apikeys imports this module
+
+        apikeys.load(config.server.api_keys_file)  # a broken keys file is a config error
+    return config
 
 
 def validate(config: Config, source: str) -> None:
@@ -281,6 +296,8 @@ def validate(config: Config, source: str) -> None:
     problems = []
     if not 0 < config.server.port < 65536:
         problems.append("server.port must be in 1..65535")
+    if config.server.backlog < 1:
+        problems.append("server.backlog must be >= 1")
     pred = config.predictor
     if pred.timeout_s <= 0 or pred.max_batch < 1 or pred.threads < 1:
         problems.append("predictor.timeout_s must be > 0, max_batch and threads >= 1")

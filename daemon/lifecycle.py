@@ -82,6 +82,7 @@ class Daemon:
         hc = HypercornConfig()
         hc.bind = [f"{self.config.server.host}:{self.config.server.port}"]
         hc.graceful_timeout = self.config.server.graceful_timeout_s
+        hc.backlog = self.config.server.backlog
         hc.accesslog = None
         hc.errorlog = logging.getLogger("hypercorn.error")
         app = build_app(self.service)

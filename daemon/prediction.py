@@ -174,6 +174,15 @@ class Predictions:
                 out[i] = float(value)
         return out
 
+    def forget(self, job: Job) -> None:
+        """A job that was predicted but never entered the scheduler (429/503, client gone)."""
+        self._inputs.pop(job.job_id, None)
+
+    @property
+    def num_tracked(self) -> int:
+        """Jobs whose prediction input is kept until they end (re-prediction, feedback)."""
+        return len(self._inputs)
+
     def on_job_end(self, job: Job) -> None:
         """Scheduler listener: feed natural completions back, log the request."""
         inp = self._inputs.pop(job.job_id, None)

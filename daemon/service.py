@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import uuid
 from pathlib import Path
 
+from daemon import apikeys
 from daemon.config import Config
-from daemon.core.job import Job, SamplingSpec
+from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.scheduler import Scheduler
 from daemon.executors.base import Executor
 from daemon.executors.supervisor import Supervisor
@@ -18,6 +20,10 @@ from daemon.tokenizer import Tokenizer
 from policies import registry
 
 log = logging.getLogger(__name__)
+
+_RETRY_STARTING_S = 10  # Retry-After while engines start or restart (s)
+_RETRY_MAX_S = 300  # never ask a client to wait longer than this (s)
+_SERVICE_EWMA = 0.1  # weight of each finished job in the service-time average
 
 
 def model_context_len(config: Config) -> int:
@@ -50,6 +56,9 @@ class Service:
                                    config.scheduler)
         self.predictions = Predictions(config.predictor, tokenizer.decode)
         self.scheduler.on_job_end.append(self.predictions.on_job_end)
+        self.scheduler.on_job_end.append(self._observe_service)
+        self._service_s = 1.0  # seconds a job runs once dispatched (EWMA of finished jobs)
+        self.keys = self._load_keys(config)
         self.ready = False
         # Set when no executor can be restarted: the daemon must exit so systemd restarts it.
         self.failed = asyncio.Event()
@@ -77,6 +86,26 @@ class Service:
         self.scheduler.accepting = True
         self.ready = True
 
+    def retry_after_s(self) -> int:
+        """Seconds a refused client should wait (Retry-After): the time the waiting queue
+        needs to drain at the observed service time per job; the drain limit while
+        stopping; a restart's worth while starting or without an engine."""
+        if not self.ready or self.failed.is_set():
+            return _RETRY_STARTING_S
+        if not self.scheduler.accepting:
+            return max(math.ceil(self.config.limits.drain_timeout_s), 1)
+        slots = sum(ex.max_running for ex in self.executors if ex.down_reason is None)
+        if slots == 0:
+            return _RETRY_STARTING_S
+        wait = (len(self.scheduler.waiting) + 1) / slots * self._service_s
+        return min(max(math.ceil(wait), 1), _RETRY_MAX_S)
+
+    def _observe_service(self, job: Job) -> None:
+        if job.finish_time is None or job.status is not JobStatus.FINISHED:
+            return
+        service_s = max(job.finish_time - job.arrival_time - job.waited_s, 0.0)
+        self._service_s += _SERVICE_EWMA * (service_s - self._service_s)
+
     def executors_down(self) -> dict[str, str]:
         """Executor name -> why it is out of service, for /health."""
         return {ex.name: ex.down_reason for ex in self.executors if ex.down_reason is not None}
@@ -94,9 +123,16 @@ class Service:
 
     def apply(self, config: Config) -> None:
         """Adopt a reloaded tree whose restart-only sections equal the running ones."""
+        keys = self._load_keys(config)  # the file's contents change live; may raise
         self.scheduler.reconfigure(config.scheduler,
                                    registry.create(config.scheduler.policy, config))
+        self.keys = keys
         self.config = config
+
+    @staticmethod
+    def _load_keys(config: Config) -> apikeys.KeyRing | None:
+        path = config.server.api_keys_file
+        return apikeys.load(path) if path else None
 
     async def shutdown(self) -> None:
         self.ready = False

@@ -50,6 +50,7 @@ def build_app(service: Service) -> Starlette:
         return Response(msgspec.json.encode(doc), media_type="application/json")
 
     async def render_metrics(request: Request) -> Response:
+        routes.authorize_monitoring(request)
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager

@@ -20,6 +20,8 @@ from daemon.http.schemas import (
 _REF = "#/components/schemas/{name}"
 _ERRORS = {
     "400": "Bad input: the error's `param` names the field",
+    "401": "Missing or incorrect API key (when the server has keys)",
+    "403": "The key may not use this endpoint or this priority",
     "413": "Body larger than server.max_body_bytes",
     "429": "Queue full (see Retry-After)",
     "503": "Starting, draining or no engine (see Retry-After)",

@@ -10,9 +10,11 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from daemon.apikeys import ApiKey
 from daemon.core.job import Job, JobEnd, TokenDelta
 from daemon.core.scheduler import NotAccepting, QueueFull
 from daemon.http import translate
+from daemon.http.auth import authorize
 from daemon.http.errors import ApiError
 from daemon.http.schemas import (
     ChatChoice,
@@ -74,10 +76,13 @@ class Routes:
         limit = self.service.config.server.max_body_bytes
         if int(request.headers.get("content-length") or 0) > limit:
             raise ApiError(413, f"request body exceeds {limit} bytes")
-        body = await request.body()
-        if len(body) > limit:
-            raise ApiError(413, f"request body exceeds {limit} bytes")
-        req: msgspec.Struct = translate.decode_body(body, kind)
+        chunks, size = [], 0
+        async for chunk in request.stream():  # a chunked body is cut as it streams in
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"request body exceeds {limit} bytes")
+            chunks.append(chunk)
+        req: msgspec.Struct = translate.decode_body(b"".join(chunks), kind)
         return req
 
     def _check_model(self, name: str) -> None:
@@ -85,24 +90,42 @@ class Routes:
         if name != served:
             raise translate.unknown_model(name, served)
 
+    def _check_priority(self, priority: int, key: ApiKey | None) -> None:
+        """Keys without a range of their own may not ask for a more urgent class than 0."""
+        if key is None:
+            return
+        limits = self.service.config.limits
+        low, high = key.priority_range or (max(limits.priority_min, 0), limits.priority_max)
+        if not low <= priority <= high:
+            raise ApiError(403, f"key {key.name!r} may use priority {low}..{high} only",
+                           "permission_error", "priority")
+
     async def _admit(self, req: SamplingFields, prompt: list[int], requested_max: int | None,
-                     prefix: str, messages: list[dict[str, str]]) -> Job:
+                     prefix: str, messages: list[dict[str, str]], key: ApiKey | None) -> Job:
         svc = self.service
         if not svc.ready:
-            raise ApiError(503, "the server is starting; retry shortly", "server_error")
+            raise ApiError(503, "the server is starting; retry shortly", "server_error",
+                           retry_after_s=svc.retry_after_s())
         sampling = translate.sampling_spec(req, requested_max, len(prompt), svc.max_model_len,
                                            svc.config.limits)
+        self._check_priority(req.priority, key)
         job = svc.new_job(prompt, sampling, req.priority, prefix)
         predict_first = svc.scheduler.policy.uses_predictions
-        if predict_first:
-            job.predicted_output_tokens = await svc.predictions.predict(job, messages)
+        submitted = False
         try:
+            if predict_first:
+                job.predicted_output_tokens = await svc.predictions.predict(job, messages)
             svc.scheduler.submit(job)
+            submitted = True
         except NotAccepting as exc:
-            raise ApiError(503, f"{exc}", "server_error") from None
+            raise ApiError(503, f"{exc}", "server_error",
+                           retry_after_s=svc.retry_after_s()) from None
         except QueueFull as exc:
-            raise ApiError(429, f"server overloaded: {exc}; retry later",
-                           "rate_limit_error") from None
+            raise ApiError(429, f"server overloaded: {exc}; retry later", "rate_limit_error",
+                           retry_after_s=svc.retry_after_s()) from None
+        finally:
+            if not submitted:  # refused, or the client left during prediction: never ends
+                svc.predictions.forget(job)
         if not predict_first:  # the job already waits or runs meanwhile
             job.predicted_output_tokens = await svc.predictions.predict(job, messages)
         return job
@@ -119,6 +142,9 @@ class Routes:
         try:
             async for item in _outputs(job):
                 if isinstance(item, JobEnd):
+                    if item.error is not None and self.service.failed.is_set():
+                        raise ApiError(503, item.error, "server_error",
+                                       retry_after_s=self.service.retry_after_s())
                     if item.error is not None:
                         raise ApiError(500, item.error, "server_error")
                     return "".join(pieces), item
@@ -137,6 +163,7 @@ class Routes:
     # ---- endpoints ----------------------------------------------------------------------
 
     async def chat_completions(self, request: Request) -> Response:
+        key = authorize(self.service.keys, request, "api")
         req = await self._read(request, ChatCompletionRequest)
         assert isinstance(req, ChatCompletionRequest)
         self._check_model(req.model)
@@ -147,7 +174,7 @@ class Routes:
             raise translate.bad_request(str(exc), "messages") from None
         requested = req.max_completion_tokens if req.max_completion_tokens is not None \
             else req.max_tokens
-        job = await self._admit(req, prompt, requested, "chatcmpl", messages)
+        job = await self._admit(req, prompt, requested, "chatcmpl", messages, key)
         if req.stream:
             return StreamingResponse(self._chat_stream(job, req), media_type="text/event-stream",
                                      headers={**_SSE_HEADERS, **self._headers(job)})
@@ -179,6 +206,7 @@ class Routes:
         return self._stream(job, req, render, lambda: chunk([], _usage(job)))
 
     async def completions(self, request: Request) -> Response:
+        key = authorize(self.service.keys, request, "api")
         req = await self._read(request, CompletionRequest)
         assert isinstance(req, CompletionRequest)
         self._check_model(req.model)
@@ -190,7 +218,7 @@ class Routes:
             translate.check_vocab(prompt, tokenizer.vocab_size)
             text = await asyncio.to_thread(tokenizer.decode, prompt)
         job = await self._admit(req, prompt, req.max_tokens, "cmpl",
-                                [{"role": "user", "content": text}])
+                                [{"role": "user", "content": text}], key)
         if req.stream:
             return StreamingResponse(self._completion_stream(job, req),
                                      media_type="text/event-stream",
@@ -233,12 +261,18 @@ class Routes:
             self.service.scheduler.abort(job)  # no-op when it ended; client gone otherwise
 
     async def models(self, request: Request) -> Response:
+        authorize(self.service.keys, request, "api")
         svc = self.service
         card = ModelCard(id=svc.config.model.name, created=int(time.time()),
                          max_model_len=svc.max_model_len)
         return _json(ModelList([card]))
 
+    def authorize_monitoring(self, request: Request) -> None:
+        if self.service.config.server.protect_monitoring:
+            authorize(self.service.keys, request, "monitoring")
+
     async def health(self, request: Request) -> Response:
+        self.authorize_monitoring(request)
         if not self.service.ready:
             return _json({"status": "starting"}, 503)
         if self.service.failed.is_set():

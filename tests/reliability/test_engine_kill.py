@@ -4,6 +4,7 @@ and finishes whole, /health says which executor is down and comes back, nothing 
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -77,3 +78,31 @@ def test_engine_kill_mid_stream_resumes(tmp_path: Path, tiny_model: Path) -> Non
         assert daemon.metric("lengthwise_engine_restarts_total") == 1
     finally:
         assert daemon.stop() == 0, daemon.log()
+
+
+def test_engine_that_cannot_restart_ends_jobs_cleanly_and_exits_1(tmp_path: Path,
+                                                                  tiny_model: Path) -> None:
+    """The model folder vanishes with the engine: restarts fail, the waiting stream ends
+    with an OpenAI error event, and the daemon exits 1 for systemd to restart it."""
+    model = tmp_path / "tiny-llama"
+    shutil.copytree(tiny_model, model)
+    daemon = _start(tmp_path, model, _HEALTH.replace(
+        "\n", "\nrestart_attempts = 2\nrestart_backoff_s = 0.2\n", 1))
+    try:
+        body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}],
+                "stream": True, "max_tokens": 1200, "ignore_eos": True}
+        with httpx.stream("POST", daemon.base_url + "/v1/chat/completions", json=body,
+                          timeout=120) as response:
+            lines = response.iter_lines()
+            assert next(lines).startswith("data: ")
+            shutil.rmtree(model)
+            _engine_core(daemon).kill()
+            rest = [line for line in lines if line]
+        assert rest[-1] == "data: [DONE]"
+        error = json.loads(rest[-2].removeprefix("data: "))["error"]
+        assert "could not be restarted after 2 attempts" in error["message"]
+        assert error["type"] == "server_error"
+        assert daemon.proc.wait(60) == 1
+        assert "restart attempt 2 failed" in daemon.log()
+    finally:
+        daemon.stop()

@@ -31,7 +31,7 @@ def test_schemathesis_finds_nothing(tmp_path: Path, tiny_model: Path) -> None:
             [str(SCHEMATHESIS), "run", daemon.base_url + "/openapi.json", "--max-examples", "20",
              "--seed", "7", "--workers", "1", "--no-shrink", "--checks", CHECKS,
              "--request-timeout", "60", "--phases", "coverage,fuzzing"],
-            capture_output=True, text=True, timeout=400, cwd=tmp_path)
+            check=False, capture_output=True, text=True, timeout=400, cwd=tmp_path)
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
         assert " passed" in run.stdout and "failed" not in run.stdout.split("SUMMARY")[-1]
     finally:

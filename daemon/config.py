@@ -14,6 +14,10 @@ from typing import Literal
 
 import msgspec
 
+from daemon.core.costmodel import CostModel
+
+_COST = CostModel()  # [sim]'s defaults are the generic cost model's
+
 
 class ConfigError(ValueError):
     """A config file that cannot be used; the message names the file and the key."""
@@ -67,13 +71,42 @@ class EngineConfig(_Section, frozen=True):
     enable_prefix_caching: bool = True
     # Seconds allowed for engine start-up and warm-up before start-up fails.
     startup_timeout_s: float = 600.0
+    # Seconds between checks that each engine is alive and making progress.
+    health_check_interval_s: float = 1.0
+    # An engine with admitted jobs and no new token for this many seconds is declared dead
+    # (hung); 0 = never. Must exceed the longest prefill a request can need.
+    stall_timeout_s: float = 60.0
+    # Restarts tried after an engine dies before the daemon gives up and exits (status 1,
+    # so systemd restarts the whole service).
+    restart_attempts: int = 3
+    # Seconds before the second restart attempt; doubles for each one after.
+    restart_backoff_s: float = 2.0
 
 
 class AgingConfig(_Section, frozen=True):
-    # A job that has waited this many seconds in total (all its waits: first, and after
-    # each preemption or slice) is promoted ahead of every non-promoted job, longest wait
-    # first, and is no longer preempted: this bounds every wait whatever the policy prefers.
+    """[scheduler.aging]: every wait is bounded on the workload's own time scale.
+
+    A job's bound is slowdown x the typical predicted service time (an EWMA over arriving
+    jobs of the seconds each needs once it runs in a full batch, from the cost model), at
+    least min_wait_s and at most promote_after_s. A job whose total wait (all its waits:
+    first, and after each preemption or slice) reaches its bound is promoted ahead of every
+    non-promoted job, earliest deadline first, and is no longer preempted.
+    """
+
+    # The tail knob: a job may wait this many typical service times (0 = only the absolute
+    # bound below). Lower: tail nearer FCFS's; higher: mean nearer the policy's own.
+    slowdown: float = 6.0
+    # Seconds every job may wait before its bound applies (a floor).
+    min_wait_s: float = 0.0
+    # Absolute backstop (s): no job waits longer than this in total, whatever its size.
     promote_after_s: float = 60.0
+    # A promoted job that finds no free slot preempts the running job with the most
+    # predicted work left (if that is more than its own), for every policy.
+    preempt: bool = True
+    # Before launching the policy's pick, check that no waiting job would then miss its
+    # bound that it meets if jobs start in deadline order (the first 64 deadlines); if one
+    # would, the earliest deadline goes first. Acts before a bound is missed, not after.
+    lookahead: bool = True
     enabled: bool = True
 
 
@@ -152,16 +185,20 @@ class LimitsConfig(_Section, frozen=True):
     default_max_tokens: int = 0
     # Seconds SIGTERM lets running and waiting jobs finish before they are aborted.
     drain_timeout_s: float = 30.0
+    # Range of the request field `priority` (lower = more urgent, a class ahead of every
+    # job of a higher value); anything outside gets a 400.
+    priority_min: int = -100
+    priority_max: int = 100
 
 
 class SimConfig(_Section, frozen=True):
     """Cost model of the simulated executor (seconds). `lengthwise profile` fits these."""
 
-    prefill_base_s: float = 0.004
-    prefill_per_token_s: float = 0.00002
-    decode_base_s: float = 0.008
-    decode_per_seq_s: float = 0.0005
-    decode_per_context_token_s: float = 0.0000002
+    prefill_base_s: float = _COST.prefill_base_s
+    prefill_per_token_s: float = _COST.prefill_per_token_s
+    decode_base_s: float = _COST.decode_base_s
+    decode_per_seq_s: float = _COST.decode_per_seq_s
+    decode_per_context_token_s: float = _COST.decode_per_context_token_s
     # Token ids are drawn below this (SmolLM2's vocabulary size).
     vocab_size: int = 49152
     # Size of the simulated engine's KV cache, tokens (16-token blocks); only for the KV
@@ -173,6 +210,11 @@ class PredictorConfig(_Section, frozen=True):
     # Folder of a trained predictor (`lengthwise predictor train --out DIR`); "" = the small
     # proxy shipped with lengthwise; "none" = no prediction (every job gets the fallback).
     path: str = ""
+    # Folder of a trained iterative predictor (`train --kind iterative`) that re-predicts a
+    # running job's remaining tokens from prompt + partial answer at policy checkpoints
+    # (isrtf, alise); "" = the one shipped with lengthwise; "none" = off (remaining = first
+    # prediction minus tokens generated).
+    iterative_path: str = ""
     # Seconds a request waits for its prediction before it gets the fallback estimate.
     timeout_s: float = 0.5
     # Most requests predicted in one model call.
@@ -188,6 +230,13 @@ class PredictorConfig(_Section, frozen=True):
     request_log: str = ""
 
 
+class CostModelConfig(_Section, frozen=True):
+    # A `lengthwise profile` JSON file (relative to the working dir) whose fitted
+    # coefficients drive the policies' time estimates and the core's wait bounds;
+    # "" = the [sim] section's. Read at start and on reload.
+    profile: str = ""
+
+
 class LogConfig(_Section, frozen=True):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -200,6 +249,7 @@ class Config(_Section, frozen=True):
     policies: PoliciesConfig = msgspec.field(default_factory=PoliciesConfig)
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     sim: SimConfig = msgspec.field(default_factory=SimConfig)
+    costmodel: CostModelConfig = msgspec.field(default_factory=CostModelConfig)
     predictor: PredictorConfig = msgspec.field(default_factory=PredictorConfig)
     log: LogConfig = msgspec.field(default_factory=LogConfig)
 
@@ -262,6 +312,11 @@ def validate(config: Config, source: str) -> None:
         problems.append("scheduler.max_running must be in 1..engine.max_num_seqs")
     if config.scheduler.max_waiting < 0:
         problems.append("scheduler.max_waiting must be >= 0")
+    engine = config.engine
+    if engine.health_check_interval_s <= 0 or engine.stall_timeout_s < 0:
+        problems.append("engine.health_check_interval_s must be > 0, stall_timeout_s >= 0")
+    if engine.restart_attempts < 0 or engine.restart_backoff_s < 0:
+        problems.append("engine.restart_attempts and restart_backoff_s must be >= 0")
     if not config.engine.devices:
         problems.append("engine.devices must name at least one device")
     problems += [f"engine.devices: {dev!r} is not 'cpu', 'cpu:IDS' (e.g. 'cpu:0-3,8') or "
@@ -272,9 +327,23 @@ def validate(config: Config, source: str) -> None:
         problems.append("limits.default_max_tokens must be >= 0")
     if config.limits.drain_timeout_s < 0:
         problems.append("limits.drain_timeout_s must be >= 0")
-    if config.scheduler.aging.promote_after_s <= 0:
+    if config.limits.priority_min > config.limits.priority_max:
+        problems.append("limits.priority_min must be <= limits.priority_max")
+    aging = config.scheduler.aging
+    if aging.promote_after_s <= 0:
         problems.append("scheduler.aging.promote_after_s must be > 0")
+    if aging.slowdown < 0:
+        problems.append("scheduler.aging.slowdown must be >= 0")
+    if not 0 <= aging.min_wait_s <= aging.promote_after_s:
+        problems.append("scheduler.aging.min_wait_s must be in [0, promote_after_s]")
     problems += _policy_problems(config.policies)
+    if config.costmodel.profile:
+        from daemon.costprofile import cost_model  # late: it imports this module
+
+        try:
+            cost_model(config)
+        except ConfigError as exc:
+            problems.append(str(exc))
     from policies import registry  # late: policies import daemon.core, not the reverse
 
     if config.scheduler.policy not in registry.names():

@@ -57,9 +57,13 @@ class Daemon:
         log.info("ready in %.1f s on http://%s:%d (policy %s)", loop.time() - started,
                  self.config.server.host, self.config.server.port, self.config.scheduler.policy)
         sdnotify.notify("READY=1", "STATUS=serving")
-        await asyncio.wait([http, self._spawn(self._stop.wait(), "stop")],  # type: ignore[arg-type]
+        failed = self._spawn(self.service.failed.wait(), "engines-failed")  # type: ignore[arg-type]
+        await asyncio.wait([http, self._spawn(self._stop.wait(), "stop"), failed],  # type: ignore[arg-type]
                            return_when=asyncio.FIRST_COMPLETED)
         await self._shutdown(drain=True)
+        if self.service.failed.is_set():
+            log.critical("exiting with status 1: no engine could be restarted")
+            return 1
         return 0
 
     async def _start_engines(self) -> None:
@@ -84,8 +88,10 @@ class Daemon:
         await hypercorn_serve(app, hc, shutdown_trigger=self._http_stop.wait)  # type: ignore[arg-type]
 
     async def _watchdog(self, interval_s: float) -> None:
-        # Sent from the loop itself: a stuck loop stops the pings and systemd restarts us.
-        while True:
+        # Sent from the loop itself: a stuck loop stops the pings and systemd restarts us;
+        # so do engines that cannot be restarted, should the exit itself hang.
+        assert self.service is not None
+        while not self.service.failed.is_set():
             sdnotify.notify("WATCHDOG=1")
             await asyncio.sleep(interval_s)
 

@@ -1,9 +1,14 @@
 """Output-length prediction for the daemon: off the event loop, micro-batched, never fatal.
 
-One worker thread runs the predictor (torch releases the GIL while it computes). Requests
-that arrive while a batch runs form the next batch, up to `max_batch`. A prediction that
+Two predictors, both loaded at start: `[predictor] path` makes each job's first estimate,
+`[predictor] iterative_path` re-predicts running jobs' remaining length from prompt + the
+text generated so far, when a policy asks at a checkpoint (ISRTF, ALISE).
+
+One worker thread runs both (torch releases the GIL while it computes). Requests that
+arrive while a batch runs form the next batch, up to `max_batch`. A first prediction that
 fails or misses its deadline gives the job the fallback estimate (the running mean of
 observed lengths) and counts in /metrics; no request waits longer than `timeout_s` for one.
+A failed or late re-prediction keeps the job's previous estimate (daemon.core.repredict).
 """
 
 from __future__ import annotations
@@ -46,6 +51,10 @@ class Predictions:
         self.stats = PredictionStats()
         self.on_batch: list[Callable[[int, float], None]] = []  # (batch size, seconds)
         self.predictor: Any = None  # predictor.Predictor once loaded; None = no prediction
+        # Remaining-length model (predictor.Predictor); None = off: a running job's remaining
+        # length is its first prediction minus the tokens it generated.
+        self.iterative: Any = None
+        self.on_remaining_batch: list[Callable[[int, float], None]] = []  # (jobs, seconds)
         self._decode = decode  # token ids -> text (the serving tokenizer)
         self._inputs: dict[str, Any] = {}  # job id -> PredictInput while the job lives
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predictor")
@@ -62,10 +71,17 @@ class Predictions:
         return self.config.fallback_tokens
 
     async def load(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.config.iterative_path != "none":
+            self.iterative = await loop.run_in_executor(self._pool, self._load,
+                                                        self.config.iterative_path, True)
+            log.info("remaining-length predictor %s (%s) loaded", self.iterative.kind,
+                     self.iterative.path)
         if self.config.path == "none":
             log.info("predictor disabled: every job gets the fallback estimate")
             return
-        self.predictor = await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
+        self.predictor = await loop.run_in_executor(self._pool, self._load, self.config.path,
+                                                    False)
         log.info("predictor %s (%s) loaded", self.predictor.kind, self.predictor.path)
         self._saver = asyncio.create_task(self._save_periodically(), name="predictor-save")
 
@@ -79,23 +95,26 @@ class Predictions:
             except Exception:
                 log.exception("saving the predictor's online state failed")
 
-    def _load(self) -> Any:
+    def _load(self, path: str, iterative: bool) -> Any:
         import torch
 
-        from predictor import default_predictor_path, load_predictor
+        from predictor import default_iterative_path, default_predictor_path, load_predictor
 
         torch.set_num_threads(self.config.threads)  # the engines need the other cores
-        return load_predictor(Path(self.config.path) if self.config.path
-                              else default_predictor_path())
+        if path:
+            return load_predictor(Path(path))
+        return load_predictor(default_iterative_path() if iterative else default_predictor_path())
 
     async def predict(self, job: Job, messages: Sequence[dict[str, str]]) -> float:
         """Predicted total output tokens for a new job; the fallback if anything goes wrong."""
-        if self.predictor is None:
+        if self.predictor is None and self.iterative is None:
             return self.fallback_tokens
         from predictor import PredictInput
 
         inp = PredictInput.from_openai(list(messages), job.num_prompt_tokens)
-        self._inputs[job.job_id] = inp
+        self._inputs[job.job_id] = inp  # also the re-predictions' input
+        if self.predictor is None:
+            return self.fallback_tokens
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(inp, future))
         if self._worker is None or self._worker.done():
@@ -130,14 +149,30 @@ class Predictions:
                     p.future.set_result(max(float(value), 1.0))
 
     async def remaining(self, jobs: Sequence[Job]) -> list[float]:
-        """Re-predicted remaining tokens of running jobs (the scheduler's ISRTF hook)."""
-        batch = [(self._inputs[job.job_id], list(job.generated_token_ids)) for job in jobs]
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._remaining,
-                                                                batch)
+        """Re-predicted remaining tokens of running jobs (Scheduler.remaining_predictor).
 
-    def _remaining(self, batch: list[tuple[Any, list[int]]]) -> list[float]:
-        pairs = [(inp, self._decode(ids)) for inp, ids in batch]
-        return [float(v) for v in self.predictor.predict_remaining(pairs)]
+        The input is prompt + the generated ids detokenized in the worker thread: the ids
+        are at hand and exact after preemption and resume; streamed text would have to be
+        kept per job. A job without a stored input keeps its current estimate."""
+        batch = [(self._inputs.get(job.job_id), list(job.generated_token_ids),
+                  job.predicted_remaining_tokens) for job in jobs]
+        started = time.perf_counter()
+        values = await asyncio.get_running_loop().run_in_executor(self._pool, self._remaining,
+                                                                  batch)
+        for listener in self.on_remaining_batch:
+            listener(len(jobs), time.perf_counter() - started)
+        return values
+
+    def _remaining(self, batch: list[tuple[Any, list[int], float]]) -> list[float]:
+        known = [i for i, (inp, _, _) in enumerate(batch) if inp is not None]
+        out = [current for _, _, current in batch]
+        step = self.config.max_batch
+        for start in range(0, len(known), step):
+            part = known[start:start + step]
+            pairs = [(batch[i][0], self._decode(batch[i][1])) for i in part]
+            for i, value in zip(part, self.iterative.predict_remaining(pairs), strict=True):
+                out[i] = float(value)
+        return out
 
     def on_job_end(self, job: Job) -> None:
         """Scheduler listener: feed natural completions back, log the request."""

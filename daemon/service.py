@@ -12,6 +12,7 @@ from daemon.config import Config
 from daemon.core.job import Job, SamplingSpec
 from daemon.core.scheduler import Scheduler
 from daemon.executors.base import Executor
+from daemon.executors.supervisor import Supervisor
 from daemon.prediction import Predictions
 from daemon.tokenizer import Tokenizer
 from policies import registry
@@ -50,7 +51,12 @@ class Service:
         self.predictions = Predictions(config.predictor, tokenizer.decode)
         self.scheduler.on_job_end.append(self.predictions.on_job_end)
         self.ready = False
+        # Set when no executor can be restarted: the daemon must exit so systemd restarts it.
+        self.failed = asyncio.Event()
+        self.supervisors = [Supervisor(ex, config.engine, self._on_executor_failed)
+                            for ex in executors]
         self._scheduler_task: asyncio.Task[None] | None = None
+        self._supervisor_tasks: list[asyncio.Task[None]] = []
 
     @classmethod
     async def create(cls, config: Config) -> Service:
@@ -62,11 +68,24 @@ class Service:
         await asyncio.wait_for(asyncio.gather(self.predictions.load(),
                                               *(ex.start() for ex in self.executors)),
                                self.config.engine.startup_timeout_s)
-        if self.predictions.predictor is not None:
+        if self.predictions.iterative is not None:
             self.scheduler.remaining_predictor = self.predictions.remaining
         self._scheduler_task = asyncio.create_task(self.scheduler.run(), name="scheduler")
+        self._supervisor_tasks = [asyncio.create_task(sup.run(), name=f"supervise:{ex.name}")
+                                  for sup, ex in zip(self.supervisors, self.executors,
+                                                     strict=True)]
         self.scheduler.accepting = True
         self.ready = True
+
+    def executors_down(self) -> dict[str, str]:
+        """Executor name -> why it is out of service, for /health."""
+        return {ex.name: ex.down_reason for ex in self.executors if ex.down_reason is not None}
+
+    def _on_executor_failed(self, executor: Executor, why: str) -> None:
+        if all(sup.failed for sup in self.supervisors):
+            self.scheduler.fail_waiting(f"no engine is available: {why}; the server restarts, "
+                                        "retry shortly")
+            self.failed.set()
 
     def new_job(self, prompt_token_ids: list[int], sampling: SamplingSpec, priority: int,
                 prefix: str) -> Job:
@@ -82,7 +101,8 @@ class Service:
     async def shutdown(self) -> None:
         self.ready = False
         await self.predictions.close()
-        if self._scheduler_task is not None:
-            self._scheduler_task.cancel()
-            await asyncio.gather(self._scheduler_task, return_exceptions=True)
+        tasks = [t for t in (self._scheduler_task, *self._supervisor_tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(ex.shutdown() for ex in self.executors), return_exceptions=True)

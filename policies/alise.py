@@ -1,6 +1,6 @@
 """ALISE (2024): preemptive priority on estimated remaining *execution time*.
 
-- Remaining time T = T_prefill + T_decode from the fitted cost model (policies.costmodel):
+- Remaining time T = T_prefill + T_decode from the fitted cost model (daemon.core.costmodel):
   a waiting job pays the prefill of its prompt plus what it already generated (recompute on
   resume), a running one only its decode share at the configured batch size.
 - Priority queues with virtual aging. The paper's queues are levels of remaining time; here
@@ -10,6 +10,10 @@
   aging needs no re-keying. The exact level spacing is a reconstruction: the text has none.
 - Misprediction: a job that outlives its prediction has it multiplied by `demote_factor`
   (ALISE doubles it), which drops it to a lower level (a checkpoint at the prediction).
+- Re-prediction: every `window_tokens` (and at a demotion) the core is asked to re-predict
+  the remaining length with the iterative predictor when one is configured (ELIS's windows;
+  not in the ALISE paper); its answer replaces the doubled estimate. Without one the
+  request is a no-op and demote-and-double alone corrects the estimate.
 - Iteration-level preemption: a waiting job replaces the running job with the most time
   left when that time, net of the victim's resume cost (re-prefill), exceeds
   (1 + margin) x the candidate's aged time; at most `max_preemptions` per job.
@@ -28,12 +32,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from daemon.config import ALISEConfig, Config, SimConfig
+from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, JobStatus, KVResidency
 from daemon.core.policy import DispatchContext, ExecutorView, Policy, class_rank
-from daemon.core.waitqueue import WaitQueue
 from policies.alise_wait import Holder, estimate_waits, plan_residency, work_ahead
 from policies.common import pick_victim
-from policies.costmodel import CostModel
 
 _MIN_TIME_S = 1e-6  # log2 floor
 
@@ -41,6 +44,7 @@ _MIN_TIME_S = 1e-6  # log2 floor
 class ALISE(Policy):
     name = "alise"
     preemptive = True
+    window_tokens = 50  # re-prediction window: the one the shipped iterative model learned
 
     def __init__(self, params: ALISEConfig | None = None, cost: CostModel | None = None,
                  batch_hint: int = 4) -> None:
@@ -76,7 +80,9 @@ class ALISE(Policy):
     def next_checkpoint(self, job: Job) -> int | None:
         if job.predicted_output_tokens is None:
             return None
-        return max(math.floor(job.predicted_output_tokens) + 1, job.num_generated_tokens + 1)
+        window = (job.num_generated_tokens // self.window_tokens + 1) * self.window_tokens
+        demote = max(math.floor(job.predicted_output_tokens) + 1, job.num_generated_tokens + 1)
+        return min(window, demote)
 
     def on_checkpoint(self, job: Job, now: float) -> bool:
         predicted = job.predicted_output_tokens
@@ -85,7 +91,7 @@ class ALISE(Policy):
             while predicted <= job.num_generated_tokens:
                 predicted *= self.params.demote_factor
             job.predicted_output_tokens = predicted
-        return False
+        return True  # re-predict (a no-op without an iterative predictor)
 
     # ---- preemption and placement -------------------------------------------------------
 
@@ -145,9 +151,8 @@ class ALISE(Policy):
         ahead = running_s + work_ahead(table[:, 0], table[:, 1], table[:, 2], mine[:, 0],
                                        mine[:, 1])
         levels = mine[:, 1] - ctx.now / self.age_threshold_s
-        after = ctx.waiting.promote_after_s
-        promote_in = None if after is None else np.array(
-            [WaitQueue.wait_started(job) + after - ctx.now for job in holders])
+        promote_in = None if ctx.waiting.bound is None else np.array(
+            [ctx.waiting.deadline(job) - ctx.now for job in holders])
         ewt = estimate_waits(ahead, levels, promote_in, len(ctx.executors), run_level,
                              self.age_threshold_s).tolist()
         found = [Holder(job, level, wait) for job, level, wait in zip(

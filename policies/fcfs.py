@@ -9,6 +9,7 @@ from daemon.core.policy import Policy
 class FCFS(Policy):
     name = "fcfs"
     uses_predictions = False
+    aged = False  # arrival order is the wait bound
 
     def order_key(self, job: Job) -> float:
         # Arrival, not enqueue time: a job that comes back keeps its place in line.

@@ -37,14 +37,11 @@ class ISRTF(Policy):
     def from_config(cls, config: Config) -> ISRTF:
         return cls(config.policies.isrtf)
 
-    def remaining(self, job: Job) -> float:
-        return job.predicted_remaining_tokens
-
     def order_key(self, job: Job) -> float:
-        return self.remaining(job)
+        return self.remaining_tokens(job)
 
     def engine_priority(self, job: Job) -> int:
-        return class_rank(job.priority, self.remaining(job))
+        return class_rank(job.priority, self.remaining_tokens(job))
 
     def next_checkpoint(self, job: Job) -> int | None:
         window = self.window_tokens
@@ -54,10 +51,11 @@ class ISRTF(Policy):
         return True  # re-predict the remaining length from prompt + partial output
 
     def choose_victim(self, candidate: Job, running: Sequence[Job], now: float) -> Job | None:
-        return pick_victim(candidate, running, self.remaining, self._pays)
+        return pick_victim(candidate, running, self.remaining_tokens, self._pays)
 
     def _pays(self, candidate: Job, victim: Job) -> bool:
-        return self.remaining(victim) > (1.0 + self.margin) * self.remaining(candidate)
+        bar = (1.0 + self.margin) * self.remaining_tokens(candidate)
+        return self.remaining_tokens(victim) > bar
 
 
 class OracleSRPT(ISRTF):
@@ -66,7 +64,7 @@ class OracleSRPT(ISRTF):
     name = "oracle-srpt"
     uses_predictions = False
 
-    def remaining(self, job: Job) -> float:
+    def remaining_tokens(self, job: Job) -> float:
         return true_remaining(job)
 
     def next_checkpoint(self, job: Job) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from daemon.config import Config
 from daemon.core.policy import Policy
+from daemon.costprofile import cost_model
 from policies.alise import ALISE
 from policies.fcfs import FCFS
 from policies.isrtf import ISRTF, OracleSRPT
@@ -19,11 +20,15 @@ def names() -> list[str]:
 
 
 def create(name: str, config: Config | None = None) -> Policy:
-    """A fresh policy; its parameters come from `config` ([policies.*], [sim] for the cost
-    model, [scheduler] for the batch size), or the defaults when config is None."""
+    """A fresh policy; its parameters come from `config` ([policies.*], [costmodel] or
+    [sim] for the cost model, [scheduler] for the batch size), or the defaults."""
     try:
         cls = _POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; known: {names()}") from None
+    config = config or Config()
     from_config = getattr(cls, "from_config", None)
-    return from_config(config or Config()) if from_config is not None else cls()
+    policy = from_config(config) if from_config is not None else cls()
+    policy.cost = cost_model(config)
+    policy.batch_hint = config.scheduler.max_running
+    return policy

@@ -27,9 +27,9 @@ from collections import deque
 from itertools import groupby
 
 from daemon.config import Config, SCLSConfig, SimConfig
+from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, JobStatus
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
-from policies.costmodel import CostModel
 from policies.scls_batching import dp_batches, max_min_assign, next_interval
 
 _Planned = tuple[Job, int]  # job, its num_dispatches when planned (stale once relaunched)

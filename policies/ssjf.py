@@ -4,7 +4,8 @@ Waiting jobs are ordered by predicted output length (the proxy or retrieval pred
 before submit) within their priority class; a job without a prediction sorts by its token
 budget, i.e. last. Nothing is preempted. Starvation of long jobs, which the paper leaves to
 future work ("one can adopt aging"), is bounded by the core's aging: a job that has waited
-`scheduler.aging.promote_after_s` goes ahead of every non-promoted job.
+`scheduler.aging.slowdown` times its predicted service time goes ahead of every
+non-promoted job (and may preempt one that has more work left).
 """
 
 from __future__ import annotations
@@ -22,15 +23,11 @@ class SSJF(Policy):
     def from_config(cls, config: Config) -> SSJF:
         return cls()
 
-    def length(self, job: Job) -> float:
-        """Predicted tokens still to generate (the whole prediction for a fresh job)."""
-        return job.predicted_remaining_tokens
-
     def order_key(self, job: Job) -> float:
-        return self.length(job)
+        return self.remaining_tokens(job)
 
     def engine_priority(self, job: Job) -> int:
-        return class_rank(job.priority, self.length(job))
+        return class_rank(job.priority, self.remaining_tokens(job))
 
 
 class OracleSJF(SSJF):
@@ -39,5 +36,5 @@ class OracleSJF(SSJF):
     name = "oracle-sjf"
     uses_predictions = False
 
-    def length(self, job: Job) -> float:
+    def remaining_tokens(self, job: Job) -> float:
         return true_remaining(job)

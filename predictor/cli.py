@@ -1,4 +1,4 @@
-"""`lengthwise predictor data|train|eval`; also runnable as `python -m predictor.cli ...`."""
+"""`lengthwise predictor data|train|eval|windows`; also runnable as `python -m predictor.cli ...`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 
 def _parser() -> argparse.ArgumentParser:
-    from predictor import data_cmd, eval_cmd, train_cmd
+    from predictor import data_cmd, eval_cmd, train_cmd, windows_cmd
 
     parser = argparse.ArgumentParser(prog="lengthwise predictor",
                                      description="output-length predictors: data, train, eval")
@@ -17,6 +17,7 @@ def _parser() -> argparse.ArgumentParser:
         ("data", data_cmd, "build JSONL records (reserved-split rule applied)"),
         ("train", train_cmd, "train a proxy, retrieval or iterative predictor"),
         ("eval", eval_cmd, "evaluate a trained predictor on a JSONL file"),
+        ("windows", windows_cmd, "per-window quality of an iterative predictor"),
     ):
         sp = sub.add_parser(name, help=help_text)
         module.add_arguments(sp)

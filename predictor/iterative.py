@@ -12,7 +12,6 @@ import torch
 from predictor.api import PredictInput, Predictor
 from predictor.features import BagTokenizer
 from predictor.manifest import Manifest
-from predictor.metrics import quality
 from predictor.model import LengthNet
 from predictor.netio import load_net
 from predictor.rows import FeatureRows, add_partials, featurize
@@ -51,17 +50,10 @@ class IterativePredictor(Predictor):
 
     def eval_extra(self, records) -> dict[str, object]:
         """The same metrics per window index j (partial answer = first j*K tokens)."""
-        from predictor.windows import window_examples
+        from predictor.window_eval import window_report
 
-        per_window: dict[str, object] = {}
         if not self.manifest.tokenizer:
             return {}
-        examples = window_examples(records, self.manifest.window, 8, self.manifest.tokenizer)
-        for j in sorted(set(examples.window)):
-            idx = [i for i, w in enumerate(examples.window) if w == j]
-            batch = [(PredictInput.from_record(records[examples.record[i]]), examples.partial[i])
-                     for i in idx]
-            pred = np.concatenate([self.predict_remaining(batch[s:s + 256])
-                                   for s in range(0, len(batch), 256)])
-            per_window[str(j)] = quality(pred, examples.remaining[idx], self.manifest.quintiles)
-        return {"per_window": per_window}
+        report = window_report(self, None, records, self.manifest.tokenizer, 8,
+                               self.manifest.window, self.manifest.quintiles)
+        return {"per_window": {j: row["iterative"] for j, row in report["all"].items()}}

@@ -26,3 +26,8 @@ def load_predictor(path: str | Path) -> Predictor:
 def default_predictor_path() -> Path:
     """The small proxy shipped in the package, so the daemon works out of the box."""
     return Path(__file__).resolve().parent / "models" / "default"
+
+
+def default_iterative_path() -> Path:
+    """The iterative (remaining-length) model shipped in the package, for re-predictions."""
+    return Path(__file__).resolve().parent / "models" / "iterative"

@@ -55,7 +55,7 @@ def train_iterative(data: TrainData, opts: ProxyOptions, tc: TrainConfig, out: P
     out.mkdir(parents=True, exist_ok=True)
     save_net(net, out)
     manifest = msgspec.structs.replace(manifest, calibration=cal, dev_metrics=dev, window=window,
-                                       tokenizer=str(Path(tokenizer).resolve()),
+                                       tokenizer=tokenizer,  # as given: a path on the training host
                                        train_seconds=time.perf_counter() - t0)
     write_manifest(out, manifest)
     return manifest

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import SMOLLM2, TINY, DaemonProcess, config_text, free_port
+from tests.support import ROOT, SMOLLM2, TINY, DaemonProcess, config_text, free_port
 
 
 def _require(model: Path) -> None:
@@ -47,8 +47,16 @@ def policy_daemon(tmp_path_factory: pytest.TempPathFactory
         daemon.reload_policy(policy)
         return daemon
 
+    # The tiny engine's measured cost model, and aging loose enough that the end-to-end
+    # tests see each policy's own order (aging's bounds are tested in the simulator).
+    extra = f"""
+[scheduler.aging]
+slowdown = 50.0
+[costmodel]
+profile = "{ROOT / 'bench' / 'profiles' / 'tiny-llama-cpu-stack.json'}"
+"""
     with _running(tmp_path_factory.mktemp("policy-daemon"), TINY, max_running=2,
-                  max_num_seqs=4, dtype="float32") as daemon:
+                  max_num_seqs=4, dtype="float32", extra=extra) as daemon:
         yield switch
 
 

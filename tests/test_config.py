@@ -62,3 +62,20 @@ def test_restart_only_changes_are_named() -> None:
 def test_tree_is_frozen() -> None:
     with pytest.raises(AttributeError):
         Config().scheduler.max_running = 3  # type: ignore[misc]
+
+
+def test_costmodel_profile_drives_policies_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    from policies import registry
+
+    root = Path(__file__).resolve().parents[1]
+    shipped = root / "bench" / "profiles" / "tiny-llama-cpu-stack.json"
+    loaded = config.decode(f'[costmodel]\nprofile = "{shipped}"\n')
+    policy = registry.create("ssjf", loaded)
+    fitted = msgspec.json.decode(shipped.read_bytes())["sim"]
+    assert policy.cost.decode_base_s == fitted["decode_base_s"]
+    assert registry.create("ssjf").cost.decode_base_s == config.SimConfig().decode_base_s
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"sim": {"decode_base_s": "fast"}}')
+    for path in (bad, tmp_path / "missing.json"):
+        with pytest.raises(ConfigError, match="costmodel.profile"):
+            config.decode(f'[costmodel]\nprofile = "{path}"\n')

@@ -16,7 +16,7 @@ from bench.policy_sim.overhead import Overhead, measure_overhead
 from bench.policy_sim.report import Summary, summarize
 from bench.policy_sim.run import Outcome, SimSetup, simulate
 from bench.policy_sim.workload import Request, WorkloadSpec, make_workload, sigma_for_tau
-from policies.costmodel import CostModel
+from daemon.core.costmodel import CostModel
 
 __all__ = ["Outcome", "Overhead", "Request", "SimSetup", "Summary", "WorkloadSpec", "compare",
            "make_workload", "measure_overhead", "simulate", "summarize"]

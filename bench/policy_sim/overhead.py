@@ -18,7 +18,7 @@ import numpy as np
 from bench.policy_sim.run import SimSetup, _job, _time_rounds, start_scheduler
 from bench.policy_sim.workload import Request, WorkloadSpec, make_workload
 from daemon.executors.virtualclock import VirtualClockLoop
-from policies.costmodel import CostModel
+from daemon.core.costmodel import CostModel
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from policies.costmodel import CostModel
+from daemon.core.costmodel import CostModel
 
 AZURE_CONV = Path("/work/shared/data/azure_llm_2023_conv.csv")
 # ShareGPT-like (GPT-3.5 answers): median ~180 tokens, log-std 1.0 -> mean ~300, p99 ~1,850.

@@ -85,6 +85,8 @@ class Job:
     num_dispatches: int = 0
     tokens_at_dispatch: int = 0  # num_generated_tokens when the current dispatch began
     num_preemptions: int = 0
+    # Launched after reaching its wait bound (aging): runs to the end, never preempted.
+    promoted: bool = False
     stop_request: StopRequest | None = None
     # The core asks to hear about a running job when num_generated_tokens reaches this
     # (re-prediction windows, demotion on outliving a prediction); None = never.

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+from daemon.core.costmodel import CostModel
 from daemon.core.job import Job
 from daemon.core.waitqueue import WaitQueue
 
@@ -52,11 +53,30 @@ class Policy:
     # Whether order or dispatch reads job predictions. If not, a job is queued at once and
     # its prediction (for headers and metrics) is made while it waits or runs.
     uses_predictions: ClassVar[bool] = True
+    # Whether the core's aging applies. FCFS's own order already bounds every wait (the
+    # oldest goes first), and aging would only make it something other than the baseline.
+    aged: ClassVar[bool] = True
     # Most preemptions one job may suffer; the core never offers a job at the bound as a
     # victim. None = unbounded.
     max_preemptions: int | None = None
     # Seconds one batch of re-predictions (see on_checkpoint) may take.
     repredict_timeout_s: float = 1.0
+    # The engine's cost model and how many jobs decode together at load (max_running):
+    # the registry sets both from the config.
+    cost: CostModel = CostModel()
+    batch_hint: int = 4
+
+    def remaining_tokens(self, job: Job) -> float:
+        """Output tokens the job is expected to still generate, as this policy sees it."""
+        return job.predicted_remaining_tokens
+
+    def service_s(self, job: Job) -> float:
+        """Predicted seconds the job needs from its next launch, in a full batch: the
+        prefill of its context, then its remaining decode steps. The core bounds each job's
+        wait relative to this (the same value whether it runs or waits, so a deadline only
+        moves with a new prediction)."""
+        context = job.num_prompt_tokens + job.num_generated_tokens
+        return self.cost.wall_s(context, context, self.remaining_tokens(job), self.batch_hint)
 
     def order_key(self, job: Job) -> float:
         """Rank among waiting jobs of the same priority class; lower runs first.

@@ -10,6 +10,7 @@ aging and preemption happen even when no slot frees.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections.abc import Callable
 
@@ -18,12 +19,29 @@ from daemon.core.job import Job, JobStatus, StopRequest
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
 from daemon.core.repredict import RemainingPredictor, Repredictor
 from daemon.core.stats import ExecutorStats
-from daemon.core.waitqueue import WaitQueue
+from daemon.core.waitqueue import WaitBound, WaitQueue
 from daemon.executors.base import Executor, Outcome
 
 log = logging.getLogger(__name__)
 
 _MIN_TIMER_S = 0.001  # a policy asking for a round "now" again must not spin the loop
+_TYPICAL_WEIGHT = 0.01  # EWMA weight of one arrival: ~100 jobs of memory
+_LOOKAHEAD = 64  # waiting jobs, by deadline, whose starts the aging guard estimates
+
+
+def _starts_within(jobs: list[Job], slots: list[float], now: float,
+                   deadline: Callable[[Job], float], service: Callable[[Job], float]
+                   ) -> list[bool]:
+    """Whether each job, started in the given order on the earliest free of `slots`
+    (seconds from now until each frees), starts by its deadline."""
+    free = list(slots)
+    heapq.heapify(free)
+    out = []
+    for job in jobs:
+        start = heapq.heappop(free)
+        out.append(now + start <= deadline(job))
+        heapq.heappush(free, start + service(job))
+    return out
 
 
 class NotAccepting(Exception):
@@ -43,7 +61,7 @@ class Scheduler:
         self.executors = executors
         self.policy = policy
         self.config = config
-        self.waiting = WaitQueue(policy.order_key, self._promote_after(config))
+        self.waiting = WaitQueue(policy.order_key, self._wait_bound())
         self.stats = {ex.name: ExecutorStats() for ex in executors}
         self.on_job_end: list[JobListener] = []  # called once per job that ended
         self.on_dispatch: list[DispatchListener] = []  # called at every launch and resume
@@ -55,15 +73,33 @@ class Scheduler:
         self._loop = asyncio.get_running_loop()
         self._by_name = {ex.name: ex for ex in executors}
         self._policy_wakeup: float | None = None
+        self.typical_service_s = 0.0  # EWMA of arriving jobs' predicted service time (s)
         self.repredictor = Repredictor(self._on_reprediction)
         self.repredictor.timeout_s = policy.repredict_timeout_s
         for ex in executors:
             ex.max_running = config.max_running
             ex.on_stop = self._on_executor_stop
+            ex.on_up = self._wake.set  # a restarted engine has free slots again
 
-    @staticmethod
-    def _promote_after(config: SchedulerConfig) -> float | None:
-        return config.aging.promote_after_s if config.aging.enabled else None
+    def _wait_bound(self) -> WaitBound | None:
+        """Seconds of total wait each job may accumulate: slowdown x the typical predicted
+        service time of arriving jobs, within [min_wait_s, promote_after_s] (AgingConfig).
+
+        Measured in the simulator (docs/policies.md): a bound proportional to each job's
+        *own* service time loses to one uniform across jobs on both mean and p99, since
+        the tail is made of waits in bursts, not of long service; the uniform bound still
+        scales with the workload (seconds for chat answers, minutes for long reports)."""
+        aging, policy = self.config.aging, self.policy
+        if not (aging.enabled and policy.aged):
+            return None
+        low, high, k = aging.min_wait_s, aging.promote_after_s, aging.slowdown
+        if k <= 0:
+            return lambda _: high
+
+        def bound(job: Job) -> float:
+            return min(high, max(low, k * (self.typical_service_s or policy.service_s(job))))
+
+        return bound
 
     def now(self) -> float:
         return self._loop.time()
@@ -94,7 +130,16 @@ class Scheduler:
             raise QueueFull(f"{len(self.waiting)} requests are already waiting")
         self._jobs[job.job_id] = job
         self._idle.clear()
+        self._observe_service(job)
         self._enqueue(job)
+
+    def _observe_service(self, job: Job) -> None:
+        """Track the typical predicted service time of arriving jobs (EWMA)."""
+        service = self.policy.service_s(job)
+        if self.typical_service_s <= 0:
+            self.typical_service_s = service
+        else:
+            self.typical_service_s += _TYPICAL_WEIGHT * (service - self.typical_service_s)
 
     def abort(self, job: Job) -> None:
         """Client went away: end the job wherever it is."""
@@ -112,8 +157,7 @@ class Scheduler:
         self.config = config
         self.policy = policy
         self.repredictor.timeout_s = policy.repredict_timeout_s
-        self.waiting.promote_after_s = self._promote_after(config)
-        self.waiting.rekey(policy.order_key)
+        self.waiting.rekey(policy.order_key, self._wait_bound())
         self._policy_wakeup = None
         for ex in self.executors:
             ex.max_running = config.max_running
@@ -146,6 +190,8 @@ class Scheduler:
         """One decision round: launch what fits, preempt what pays, let the policy review."""
         ctx = DispatchContext(self.now(), self.waiting, self.executors)
         self._assign(ctx)
+        if self.config.aging.preempt and len(self.waiting):
+            self._preempt_for_promoted(ctx)
         if self.policy.preemptive and len(self.waiting):
             self._consider_preemption(ctx)
         self._policy_wakeup = self.policy.after_round(ctx)
@@ -159,15 +205,45 @@ class Scheduler:
                 pick = (promoted, self.policy.choose_executor(promoted, free)) if free else None
             else:
                 pick = self.policy.next_assignment(ctx)
+                if pick is not None and self.config.aging.lookahead:
+                    pick = self._guard(pick, ctx)
             if pick is None:
                 return
             job, view = pick
+            job.promoted = job is promoted or job.promoted
             ex = self._by_name.get(view.name)
             if ex is None or ex.free_slots <= 0 or not self.waiting.remove(job):
                 log.error("policy %s proposed an invalid dispatch of %s to %s",
                           self.policy.name, job.job_id, view.name)
                 return
             self._launch(job, ex)
+
+    def _guard(self, pick: tuple[Job, ExecutorView], ctx: DispatchContext
+               ) -> tuple[Job, ExecutorView]:
+        """The policy's pick, unless launching it now would make a waiting job miss its wait
+        deadline that it meets if jobs start in deadline order; then the earliest-deadline
+        job goes instead (protected from preemption). Starts are estimated by list-scheduling
+        the first `_LOOKAHEAD` deadlines on every slot, running jobs' predicted remaining
+        service first."""
+        job = pick[0]
+        edf = self.waiting.by_deadline(_LOOKAHEAD)
+        if not edf or edf[0] is job:
+            return pick
+        service = self.policy.service_s
+        busy = [service(j) for j in ctx.running_jobs()]
+        idle = [0.0] * max(sum(ex.max_running for ex in self.executors) - len(busy), 1)
+        slots = busy + idle
+        rest = [j for j in edf if j is not job]
+        on_time = _starts_within(rest, slots, ctx.now, self.waiting.deadline, service)
+        heapq.heapify(slots)
+        first = heapq.heappop(slots)  # the pick takes the first free slot
+        heapq.heappush(slots, first + service(job))
+        after = _starts_within(rest, slots, ctx.now, self.waiting.deadline, service)
+        if all(a or not b for a, b in zip(after, on_time, strict=True)):
+            return pick
+        head = edf[0]
+        head.promoted = True
+        return head, self.policy.choose_executor(head, ctx.free_executors())
 
     def _launch(self, job: Job, ex: Executor) -> None:
         job.status = JobStatus.RUNNING
@@ -180,19 +256,40 @@ class Scheduler:
         for listener in self.on_dispatch:
             listener(job, ex)
 
-    def _consider_preemption(self, ctx: DispatchContext) -> None:
-        """Each waiting job in order may replace one running job, as long as the policy
-        says it pays; slots already being freed by earlier preemptions are counted. Jobs
-        at the policy's preemption bound, or promoted by aging, are never victims."""
-        limit = self.policy.max_preemptions
-        promoted = self.waiting.promote_after_s
+    def _preemptible(self, ctx: DispatchContext, limit: int | None) -> tuple[int, list[Job]]:
+        """(running jobs already being preempted, jobs that may still be): never a promoted
+        job, nor one at the preemption bound `limit`."""
         pending, eligible = 0, []
         for job in ctx.running_jobs():
             if job.stop_request == StopRequest.PREEMPT:
                 pending += 1
-            elif (job.stop_request is None and (limit is None or job.num_preemptions < limit)
-                  and (promoted is None or job.waited_s < promoted)):
+            elif (job.stop_request is None and not job.promoted
+                  and (limit is None or job.num_preemptions < limit)):
                 eligible.append(job)
+        return pending, eligible
+
+    def _preempt_for_promoted(self, ctx: DispatchContext) -> None:
+        """Jobs past their wait bound that found no free slot each replace the running job
+        with the most predicted work left, if that is more than their own: the bound holds
+        even when long jobs hold every slot. Slots already being freed are counted."""
+        pending, eligible = self._preemptible(ctx, self.policy.max_preemptions)
+        if not eligible:
+            return
+        service = self.policy.service_s
+        for candidate in self.waiting.promoted(ctx.now, pending + len(eligible))[pending:]:
+            victim = max(eligible, key=service)
+            if service(victim) <= service(candidate):
+                return
+            self._preempt(victim)
+            eligible.remove(victim)
+            if not eligible:
+                return
+
+    def _consider_preemption(self, ctx: DispatchContext) -> None:
+        """Each waiting job in order may replace one running job, as long as the policy
+        says it pays; slots already being freed by earlier preemptions are counted. Jobs
+        at the policy's preemption bound, or promoted by aging, are never victims."""
+        pending, eligible = self._preemptible(ctx, self.policy.max_preemptions)
         if not eligible:
             return
         for candidate in self.waiting.best(ctx.now, pending + len(eligible))[pending:]:
@@ -200,9 +297,12 @@ class Scheduler:
             if victim is None or victim not in eligible:
                 return
             eligible.remove(victim)
-            self._by_name[victim.executor_name or ""].request_stop(victim, StopRequest.PREEMPT)
+            self._preempt(victim)
             if not eligible:
                 return
+
+    def _preempt(self, job: Job) -> None:
+        self._by_name[job.executor_name or ""].request_stop(job, StopRequest.PREEMPT)
 
     # ---- checkpoints and re-prediction --------------------------------------------------
 
@@ -280,6 +380,13 @@ class Scheduler:
             return True
         except TimeoutError:
             return False
+
+    def fail_waiting(self, error: str) -> None:
+        """No engine can serve any more: stop accepting, end every waiting job with error."""
+        self.accepting = False
+        for job in list(self.waiting):
+            self.waiting.remove(job)
+            self._end(job, JobStatus.FAILED, None, error=error)
 
     async def abort_all(self, timeout_s: float = 10.0) -> None:
         for job in list(self._jobs.values()):

@@ -1,4 +1,5 @@
-"""The waiting set: policy order within priority classes, plus aging that bounds every wait."""
+"""The waiting set: policy order within priority classes, plus aging that bounds every wait
+relative to the job's own size."""
 
 from __future__ import annotations
 
@@ -10,27 +11,29 @@ from typing import TypeVar, cast
 from daemon.core.job import Job
 
 OrderKey = Callable[[Job], float]
+WaitBound = Callable[[Job], float]  # seconds of total wait a job may accumulate
 _Entry = tuple[int, float, int, Job]  # (priority class, policy key, seq, job)
-_AgeEntry = tuple[float, int, Job]  # (when its wait clock started, seq, job)
+_AgeEntry = tuple[float, int, Job]  # (loop time its wait bound is reached, seq, job)
 _T = TypeVar("_T", _Entry, _AgeEntry)
 
 
 class WaitQueue:
-    """A heap on (priority class, policy key) and a heap on total waiting time, for aging.
+    """A heap on (priority class, policy key) and a heap on wait deadlines, for aging.
 
-    Aging counts a job's *total* wait: every interval it spent here, across preemptions and
-    slices, so a job that keeps being sent back cannot dodge promotion. A job whose total
-    wait reaches `promote_after_s` goes ahead of every non-promoted job, the longest wait
-    first; otherwise the policy heap's best goes. While a job waits, its wait clock started
-    at `enqueue_time - waited_s`, a fixed key: the age heap is never re-keyed.
+    Each job may wait `bound(job)` seconds in *total*: every interval it spent here, across
+    preemptions and slices, so a job that keeps being sent back cannot dodge promotion.
+    While it waits its deadline is fixed, `enqueue_time - waited_s + bound(job)`. A job
+    past its deadline is promoted: it goes ahead of every non-promoted job, earliest
+    deadline first; otherwise the policy heap's best goes. The deadline heap is re-keyed
+    only when a job's prediction (hence its bound) changes, or on reload.
 
     `pop` is O(log n). Removal is lazy: entries of jobs that left (or were re-keyed, which
     gives them a new seq) are skipped when they surface.
     """
 
-    def __init__(self, order_key: OrderKey, promote_after_s: float | None) -> None:
+    def __init__(self, order_key: OrderKey, bound: WaitBound | None) -> None:
         self._order_key = order_key
-        self.promote_after_s = promote_after_s  # None disables aging
+        self.bound = bound  # None disables aging
         self._seq = itertools.count()
         self._heap: list[_Entry] = []
         self._ages: list[_AgeEntry] = []
@@ -47,7 +50,8 @@ class WaitQueue:
 
     def push(self, job: Job) -> None:
         self._add(job)
-        heapq.heappush(self._ages, (self.wait_started(job), self._live[job.job_id][0], job))
+        if self.bound is not None:
+            heapq.heappush(self._ages, (self.deadline(job), self._live[job.job_id][0], job))
 
     def remove(self, job: Job) -> bool:
         return self._live.pop(job.job_id, None) is not None
@@ -67,12 +71,20 @@ class WaitQueue:
 
     def best(self, now: float, n: int) -> list[Job]:
         """The first n jobs in dispatch order (promoted by age, then the heap); O(n log size)."""
-        out = [age[2] for age in self._take(self._ages, n, lambda e: self._promoted(e, now))]
+        out = self.promoted(now, n)
         taken = {job.job_id for job in out}
         for entry in self._take(self._heap, n, lambda e: True):
             if len(out) < n and entry[3].job_id not in taken:
                 out.append(entry[3])
         return out
+
+    def promoted(self, now: float, n: int) -> list[Job]:
+        """Up to n jobs past their wait deadline, earliest deadline first."""
+        return [age[2] for age in self._take(self._ages, n, lambda e: self._promoted(e, now))]
+
+    def by_deadline(self, n: int) -> list[Job]:
+        """Up to n waiting jobs, earliest wait deadline first (none without aging)."""
+        return [age[2] for age in self._take(self._ages, n, lambda e: True)]
 
     def keyed(self) -> list[tuple[int, float, Job]]:
         """(class, policy key, job) of every waiting job, in no particular order; O(n)."""
@@ -85,26 +97,34 @@ class WaitQueue:
         if job.job_id in self._live:
             self.push(job)
 
-    def rekey(self, order_key: OrderKey) -> None:
-        """Adopt a new policy's order (reload); total waits and thus aging are kept."""
+    def rekey(self, order_key: OrderKey, bound: WaitBound | None) -> None:
+        """Adopt a new policy's order and wait bound (reload); total waits are kept."""
         self._order_key = order_key
+        self.bound = bound
         self._heap = [(job.priority, order_key(job), seq, job)
                       for seq, job in self._live.values()]
         heapq.heapify(self._heap)
+        self._ages = [] if bound is None else [
+            (self.deadline(job), seq, job) for seq, job in self._live.values()]
+        heapq.heapify(self._ages)
 
     def promotion_due(self) -> float | None:
-        """Loop time at which the longest-waiting job is (or was) promoted; None if no aging."""
+        """Loop time of the earliest wait deadline (maybe past); None if none or no aging."""
         self._drop_stale_ages()
-        if self.promote_after_s is None or not self._ages:
-            return None
-        return self._ages[0][0] + self.promote_after_s
+        return self._ages[0][0] if self._ages else None
 
     def oldest_promoted(self, now: float) -> Job | None:
-        """The job with the longest total wait, if that wait is promote_after_s or more."""
+        """The promoted job with the earliest deadline, if any job is past its deadline."""
         self._drop_stale_ages()
         if self._ages and self._promoted(self._ages[0], now):
             return self._ages[0][2]
         return None
+
+    def deadline(self, job: Job) -> float:
+        """Loop time at which the job's total wait reaches its bound (inf without aging)."""
+        if self.bound is None:
+            return float("inf")
+        return self.wait_started(job) + self.bound(job)
 
     @staticmethod
     def wait_started(job: Job) -> float:
@@ -118,8 +138,9 @@ class WaitQueue:
         self._live[job.job_id] = (seq, job)
         heapq.heappush(self._heap, (job.priority, self._order_key(job), seq, job))
 
-    def _promoted(self, age: _AgeEntry, now: float) -> bool:
-        return self.promote_after_s is not None and now - age[0] >= self.promote_after_s
+    @staticmethod
+    def _promoted(age: _AgeEntry, now: float) -> bool:
+        return now >= age[0]
 
     def _is_live(self, seq: int, job: Job) -> bool:
         current = self._live.get(job.job_id)

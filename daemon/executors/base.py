@@ -3,6 +3,10 @@
 An executor runs admitted jobs, streams their tokens into the job, and reports each stop
 back to the core with one callback. The subclass supplies `_generate`; this class owns the
 per-job tasks, the outcome of each run and the admission count.
+
+An executor whose engine fails is marked down: it offers no free slot, and its running jobs
+are handed back as YIELDED with the tokens they already streamed, so the core re-queues
+them and they resume (as after a preemption) once an engine is up. See supervisor.py.
 """
 
 from __future__ import annotations
@@ -48,11 +52,51 @@ class Executor(abc.ABC):
         self.on_stop: OnStop = lambda job, outcome, detail: None
         # The engine's own view as it last reported it; None until it did.
         self.reported_stats: EngineStats | None = None
+        self.on_up: Callable[[], None] = lambda: None  # the engine serves again: dispatch
+        self.down_reason: str | None = None  # why the engine is out of service; None = up
         self._tasks: set[asyncio.Task[None]] = set()
+        self._job_tasks: dict[str, asyncio.Task[None]] = {}  # the current run of each job
 
     @property
     def free_slots(self) -> int:
+        if self.down_reason is not None:
+            return 0
         return max(self.max_running - len(self.running), 0)
+
+    # ---- engine health (overridden by executors whose engine can die) -------------------
+
+    def engine_problem(self) -> str | None:
+        """Why the engine cannot serve now (dead, process gone); None when it looks fine."""
+        return None
+
+    def engine_failure(self, exc: BaseException) -> str | None:
+        """Why `exc`, raised while generating, means the engine failed (not just one job)."""
+        return None
+
+    async def restart_engine(self) -> None:
+        """Replace a failed engine with a fresh, warm one; raise if that fails."""
+        raise NotImplementedError(f"executor {self.name} cannot restart its engine")
+
+    def mark_down(self, why: str) -> None:
+        """Take the engine out of service; its running jobs go back to the core at once."""
+        if self.down_reason is not None:
+            return
+        log.error("executor %s is down: %s; %d running jobs go back to the queue",
+                  self.name, why, len(self.running))
+        self.down_reason = why
+        current = asyncio.current_task()
+        for job_id, task in list(self._job_tasks.items()):
+            if task is current:
+                continue  # its own _drive reports it
+            del self._job_tasks[job_id]
+            job = self.running.pop(job_id)
+            task.cancel()  # no more deltas from the old run; it must not report again
+            self.on_stop(job, *self._classify_evicted(job))
+
+    def mark_up(self) -> None:
+        log.info("executor %s is up again", self.name)
+        self.down_reason = None
+        self.on_up()
 
     @abc.abstractmethod
     async def start(self) -> None:
@@ -83,6 +127,7 @@ class Executor(abc.ABC):
             budget = min(budget, token_budget)
         task = asyncio.create_task(self._drive(job, budget, engine_priority),
                                    name=f"{self.name}:{job.job_id}")
+        self._job_tasks[job.job_id] = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -101,11 +146,18 @@ class Executor(abc.ABC):
             outcome, detail = Outcome.ABORTED, "abort"
             raise
         except Exception as exc:  # an engine error ends this job, never the daemon
-            log.exception("executor %s: job %s failed", self.name, job.job_id)
-            outcome, detail = Outcome.FAILED, f"engine error: {exc}"
+            if (why := self.engine_failure(exc)) is not None:
+                self.mark_down(why)
+                outcome, detail = self._classify_evicted(job)
+            else:
+                log.exception("executor %s: job %s failed", self.name, job.job_id)
+                outcome, detail = Outcome.FAILED, f"engine error: {exc}"
         finally:
-            self.running.pop(job.job_id, None)
-            self.on_stop(job, outcome, detail)
+            # An evicted run (mark_down) was reported already and may have been relaunched.
+            if self._job_tasks.get(job.job_id) is asyncio.current_task():
+                del self._job_tasks[job.job_id]
+                self.running.pop(job.job_id, None)
+                self.on_stop(job, outcome, detail)
 
     @staticmethod
     def _classify(job: Job, reason: str | None) -> tuple[Outcome, str | None]:
@@ -115,6 +167,15 @@ class Executor(abc.ABC):
             return Outcome.FINISHED, reason or "length"
         if reason == "abort":  # the engine dropped it by itself
             return Outcome.FAILED, "engine aborted the request"
+        return Outcome.YIELDED, None
+
+    @staticmethod
+    def _classify_evicted(job: Job) -> tuple[Outcome, str | None]:
+        """A run cut by engine failure: resumable unless it was ending anyway."""
+        if job.stop_request == StopRequest.ABORT:
+            return Outcome.ABORTED, "abort"
+        if job.num_remaining_budget_tokens <= 0:
+            return Outcome.FINISHED, "length"
         return Outcome.YIELDED, None
 
     async def stop_all_tasks(self, timeout_s: float = 5.0) -> None:

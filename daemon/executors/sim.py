@@ -53,6 +53,11 @@ class SimExecutor(Executor):
             self._stepper.cancel()
             await asyncio.gather(self._stepper, return_exceptions=True)
 
+    async def restart_engine(self) -> None:
+        await self.shutdown()
+        self._seqs.clear()
+        await self.start()
+
     def step_time_s(self, prefill_tokens: int, batch: int, context_tokens: int) -> float:
         c = self.cost
         prefill = c.prefill_base_s + c.prefill_per_token_s * prefill_tokens if prefill_tokens else 0.0

@@ -3,6 +3,10 @@
 Preemption is abort + resume: the engine request is aborted at a token boundary, the job
 keeps its generated ids, and the next dispatch submits prompt + generated ids with the
 remaining budget. With prefix caching on, the resumed prefill mostly hits cached blocks.
+
+The engine runs in its own process (EngineCore). When that process dies, vLLM flags the
+client dead and every stream raises EngineDeadError: the executor is then marked down and
+its supervisor replaces the engine with a fresh one (see supervisor.py).
 """
 
 from __future__ import annotations
@@ -97,8 +101,9 @@ class VLLMExecutor(Executor):
         return AsyncEngineArgs(**kwargs)
 
     async def start(self) -> None:
-        """Build the engine in a worker thread (the loop keeps serving while it loads; other
-        executors build theirs at the same time), then warm it up."""
+        """Build the engine in a worker thread (the loop keeps serving while it loads: health,
+        other executors' streams, the watchdog; other executors build theirs at the same
+        time), then warm it up. vLLM starts its output task lazily, on the loop."""
         self._building = asyncio.ensure_future(asyncio.to_thread(
             spawn.build_with_env, self._engine_env(), self._build_engine))
         # shield: a start cancelled half-way leaves the build to finish, so that shutdown()
@@ -149,9 +154,28 @@ class VLLMExecutor(Executor):
             # Stopped while the engine loads: stop it as soon as it exists.
             building.add_done_callback(
                 lambda done: done.cancelled() or done.exception() or done.result().shutdown())
+        self._stop_engine()
+
+    def _stop_engine(self) -> None:
         if self._engine is not None:
-            self._engine.shutdown()
-            self._engine = None
+            engine, self._engine = self._engine, None
+            engine.shutdown()
+
+    def engine_problem(self) -> str | None:
+        if self._engine is not None and self._engine.errored:
+            return "the vLLM engine is dead (EngineCore process gone or failed)"
+        return None
+
+    def engine_failure(self, exc: BaseException) -> str | None:
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        if isinstance(exc, EngineDeadError):
+            return f"the vLLM engine is dead ({type(exc).__name__})"
+        return self.engine_problem()
+
+    async def restart_engine(self) -> None:
+        self._stop_engine()
+        await self.start()
 
     async def _generate(self, job: Job, max_new_tokens: int, engine_priority: int) -> str | None:
         from vllm.inputs import TokensPrompt

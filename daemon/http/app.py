@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -14,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from daemon.http import openapi
 from daemon.http.errors import ApiError
 from daemon.http.metrics import Metrics
 from daemon.http.routermetrics import RouterCollector
@@ -25,7 +27,7 @@ log = logging.getLogger(__name__)
 
 def build_app(service: Service) -> Starlette:
     routes = Routes(service)
-    metrics = Metrics(service.scheduler, service.predictions)
+    metrics = Metrics(service.scheduler, service.predictions, service.supervisors)
     metrics.registry.register(RouterCollector(service))
 
     async def on_api_error(request: Request, exc: Exception) -> Response:
@@ -41,6 +43,11 @@ def build_app(service: Service) -> Starlette:
     async def on_crash(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s", request.url.path)
         return await on_api_error(request, ApiError(500, "internal server error", "server_error"))
+
+    async def render_openapi(request: Request) -> Response:
+        # Built per call: priority limits change on reload; it takes about a millisecond.
+        doc = openapi.document(service.config.model.name, service.config.limits)
+        return Response(msgspec.json.encode(doc), media_type="application/json")
 
     async def render_metrics(request: Request) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
@@ -62,6 +69,7 @@ def build_app(service: Service) -> Starlette:
             Route("/v1/models", routes.models, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
             Route("/metrics", render_metrics, methods=["GET"]),
+            Route("/openapi.json", render_openapi, methods=["GET"]),
         ],
         exception_handlers={ApiError: on_api_error, HTTPException: on_http_error,
                             Exception: on_crash},

@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from daemon.core.job import Job, JobStatus
 from daemon.core.scheduler import Scheduler
+from daemon.executors.supervisor import Supervisor
 from daemon.prediction import Predictions
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -57,12 +58,37 @@ class _SchedulerCollector(Collector):
         yield CounterMetricFamily("lengthwise_prediction_fallbacks", "Jobs that got the "
                                   "fallback estimate (predictor failed or was late)",
                                   value=pstats.fallbacks)
+        rep = sched.repredictor
+        yield CounterMetricFamily("lengthwise_repredictions", "Remaining-length re-predictions "
+                                  "applied to running jobs", value=rep.jobs)
+        yield CounterMetricFamily("lengthwise_repredict_batches", "Re-prediction batches asked "
+                                  "of the iterative predictor", value=rep.batches)
+        yield CounterMetricFamily("lengthwise_repredict_failures", "Re-prediction batches that "
+                                  "failed or timed out (old estimates kept)", value=rep.failures)
+
+
+class _EngineCollector(Collector):
+    def __init__(self, supervisors: list[Supervisor]) -> None:
+        self._supervisors = supervisors
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        up = GaugeMetricFamily("lengthwise_engine_up", "1 while the executor's engine serves, "
+                               "0 while it is down or restarting", labels=["executor"])
+        restarts = CounterMetricFamily("lengthwise_engine_restarts", "Engines replaced after "
+                                       "they died or hung", labels=["executor"])
+        for sup in self._supervisors:
+            up.add_metric([sup.executor.name], float(sup.executor.down_reason is None))
+            restarts.add_metric([sup.executor.name], sup.restarts)
+        yield up
+        yield restarts
 
 
 class Metrics:
-    def __init__(self, scheduler: Scheduler, predictions: Predictions) -> None:
+    def __init__(self, scheduler: Scheduler, predictions: Predictions,
+                 supervisors: list[Supervisor] | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_SchedulerCollector(scheduler, predictions))
+        self.registry.register(_EngineCollector(supervisors or []))
         self.ttft = Histogram("lengthwise_ttft_seconds", "Arrival to first token",
                               ["executor"], buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.tpot = Histogram("lengthwise_tpot_seconds", "Mean time per output token after the "
@@ -84,7 +110,12 @@ class Metrics:
                                   "a blocked loop delays every stream", buckets=_LAG_BUCKETS,
                                   registry=self.registry)
         scheduler.on_job_end.append(self.observe_job)
+        self.repredict_s = Histogram("lengthwise_repredict_batch_seconds", "Time of one "
+                                     "re-prediction batch (detokenize + iterative model)",
+                                     buckets=_TPOT_BUCKETS, registry=self.registry)
         predictions.on_batch.append(lambda size, seconds: self.prediction_s.observe(seconds))
+        predictions.on_remaining_batch.append(
+            lambda size, seconds: self.repredict_s.observe(seconds))
 
     def observe_job(self, job: Job) -> None:
         if job.status != JobStatus.FINISHED or job.first_token_time is None:

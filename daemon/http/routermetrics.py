@@ -171,8 +171,5 @@ class RouterCollector(Collector):
         except Exception:  # a policy bug must not take /metrics (the router's view) down
             log.exception("policy %s cannot rank a probe job", sched.policy.name)
             return list(sched.waiting)
-        promote_after = sched.waiting.promote_after_s
         return [job for prio, job_key, job in sched.waiting.keyed()
-                if (prio, job_key) <= key or (
-                    promote_after is not None
-                    and now - sched.waiting.wait_started(job) >= promote_after)]
+                if (prio, job_key) <= key or sched.waiting.deadline(job) <= now]

@@ -241,6 +241,12 @@ class Routes:
     async def health(self, request: Request) -> Response:
         if not self.service.ready:
             return _json({"status": "starting"}, 503)
+        if self.service.failed.is_set():
+            return _json({"status": "failed", "executors_down": self.service.executors_down()},
+                         503)
         if not self.service.scheduler.accepting:
             return _json({"status": "draining"}, 503)
+        if down := self.service.executors_down():
+            # Requests are still accepted: they wait and run once an engine is back.
+            return _json({"status": "engine down", "executors_down": down}, 503)
         return _json({"status": "ok"})

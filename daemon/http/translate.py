@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -9,21 +10,59 @@ import msgspec
 from daemon.config import LimitsConfig
 from daemon.core.job import SamplingSpec
 from daemon.http.errors import ApiError, bad_request
-from daemon.http.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from daemon.http.schemas import (
+    UNSUPPORTED,
+    ChatCompletionRequest,
+    CompletionRequest,
+    SamplingFields,
+)
 
-_ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
-_MAX_STOP_STRINGS = 4  # as OpenAI
+_UNKNOWN_FIELD = re.compile(r"unknown field `([^`]*)`")
+_AT_PATH = re.compile(r" - at `([^`]*)`$")
 
 
 def decode_body(body: bytes, kind: type[msgspec.Struct]) -> Any:
     if not body:
         raise bad_request("request body is empty; expected a JSON object")
     try:
-        return msgspec.json.decode(body, type=kind)
+        req = msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
-        raise bad_request(f"invalid request: {exc}") from None
+        raise _invalid(str(exc)) from None
     except msgspec.DecodeError as exc:
         raise bad_request(f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise bad_request("JSON nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise bad_request(f"request body is not valid UTF-8 (byte {exc.start})") from None
+    _check_supported(req)
+    return req
+
+
+def _invalid(message: str) -> ApiError:
+    """A schema error, with the field it names as `param` ($.messages[0].role, unknown x)."""
+    if unknown := _UNKNOWN_FIELD.search(message):
+        name = unknown.group(1)
+        return bad_request(f"unknown field {name!r}: lengthwise does not accept it", name)
+    where = _AT_PATH.search(message)
+    param = where.group(1).removeprefix("$").removeprefix(".") if where else None
+    return bad_request(f"invalid request: {message}", param or None)
+
+
+def _check_supported(req: Any) -> None:
+    for name in UNSUPPORTED:
+        value = getattr(req, name, None)
+        if not _neutral(name, value):
+            raise bad_request(f"{name!r} is not supported by lengthwise; leave it out", name,
+                              "unsupported_parameter")
+
+
+def _neutral(name: str, value: Any) -> bool:
+    """A value that asks for nothing: the same answer as leaving the field out."""
+    if value is None or value is False or value == "" or value == [] or value == {}:
+        return True
+    return (name == "best_of" and value == 1 and value is not True) or \
+        (name == "response_format" and value == {"type": "text"}) or \
+        (name == "tool_choice" and value in ("none", "auto"))
 
 
 def chat_messages(req: ChatCompletionRequest) -> list[dict[str, str]]:
@@ -31,9 +70,9 @@ def chat_messages(req: ChatCompletionRequest) -> list[dict[str, str]]:
         raise bad_request("'messages' must contain at least one message", "messages")
     out = []
     for i, msg in enumerate(req.messages):
-        if msg.role not in _ROLES:
-            raise bad_request(f"messages[{i}].role {msg.role!r} is not one of {sorted(_ROLES)}",
-                              f"messages[{i}].role")
+        if msg.tool_calls or msg.function_call:
+            raise bad_request("tool calls are not supported by lengthwise",
+                              f"messages[{i}].tool_calls", "unsupported_parameter")
         if isinstance(msg.content, list):
             if any(part.type != "text" for part in msg.content):
                 raise bad_request(f"messages[{i}].content: only text parts are supported",
@@ -68,6 +107,9 @@ def check_vocab(token_ids: list[int], vocab_size: int) -> None:
 def sampling_spec(req: SamplingFields, requested_max: int | None, prompt_tokens: int,
                   max_model_len: int, limits: LimitsConfig) -> SamplingSpec:
     _check_ranges(req)
+    if not limits.priority_min <= req.priority <= limits.priority_max:
+        raise bad_request(f"'priority' must be in [{limits.priority_min}, "
+                          f"{limits.priority_max}]", "priority")
     room = max_model_len - prompt_tokens
     if prompt_tokens == 0:
         raise bad_request("the prompt is empty", "prompt")
@@ -95,23 +137,9 @@ def sampling_spec(req: SamplingFields, requested_max: int | None, prompt_tokens:
 
 
 def _check_ranges(req: SamplingFields) -> None:
+    # Value ranges are checked while decoding (schemas.py); this is what a schema cannot say.
     if req.n != 1:
         raise bad_request("only n=1 is supported", "n")
-    checks: list[tuple[bool, str, str]] = [
-        (req.temperature is not None and not 0 <= req.temperature <= 2,
-         "'temperature' must be in [0, 2]", "temperature"),
-        (req.top_p is not None and not 0 < req.top_p <= 1, "'top_p' must be in (0, 1]", "top_p"),
-        (not -2 <= req.presence_penalty <= 2, "'presence_penalty' must be in [-2, 2]",
-         "presence_penalty"),
-        (not -2 <= req.frequency_penalty <= 2, "'frequency_penalty' must be in [-2, 2]",
-         "frequency_penalty"),
-        (req.min_tokens < 0, "'min_tokens' must be >= 0", "min_tokens"),
-        (isinstance(req.stop, list) and len(req.stop) > _MAX_STOP_STRINGS,
-         f"at most {_MAX_STOP_STRINGS} stop sequences", "stop"),
-    ]
-    for failed, message, param in checks:
-        if failed:
-            raise bad_request(message, param)
 
 
 def unknown_model(name: str, served: str) -> ApiError:

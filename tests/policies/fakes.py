@@ -44,7 +44,8 @@ class FakeExecutor:
 
 def context(policy: Policy, waiting: list[Job], executors: list[FakeExecutor],
             now: float = 0.0, promote_after_s: float | None = None) -> DispatchContext:
-    queue = WaitQueue(policy.order_key, promote_after_s)
+    queue = WaitQueue(policy.order_key,
+                      None if promote_after_s is None else lambda _: promote_after_s)
     for j in waiting:
         queue.push(j)
     return DispatchContext(now, queue, executors)

@@ -11,7 +11,6 @@ from daemon.config import AgingConfig, Config, PoliciesConfig, SchedulerConfig, 
 from daemon.core.job import Job, JobEnd, SamplingSpec, TokenDelta
 from daemon.core.repredict import RemainingPredictor
 from daemon.core.scheduler import Scheduler
-from daemon.core.waitqueue import WaitQueue
 from daemon.executors.base import Executor
 from daemon.executors.sim import SimExecutor, _prompt_seed
 from daemon.executors.virtualclock import VirtualClockLoop
@@ -40,6 +39,7 @@ class Dispatch:
     executor: str
     waited_s: float  # since it last entered the waiting set
     aging_violation: str | None = None
+    bound_s: float | None = None  # the total wait aging allowed it (None: aging off)
 
 
 @dataclass
@@ -89,9 +89,12 @@ def expected_tokens(job: Job, count: int) -> list[int]:
 
 
 def make_config(policy: str, *, max_running: int = 2, promote_after_s: float | None = None,
-                policies: PoliciesConfig | None = None) -> Config:
+                policies: PoliciesConfig | None = None, slowdown: float = 0.0,
+                preempt: bool = False, lookahead: bool = False) -> Config:
+    """Aging off unless promote_after_s is given; then absolute only unless slowdown > 0."""
     aging = AgingConfig(promote_after_s=promote_after_s or 60.0,
-                        enabled=promote_after_s is not None)
+                        enabled=promote_after_s is not None, slowdown=slowdown,
+                        preempt=preempt, lookahead=lookahead)
     return Config(scheduler=SchedulerConfig(policy=policy, max_running=max_running,
                                             aging=aging),
                   policies=policies or PoliciesConfig())
@@ -153,14 +156,14 @@ async def _run(config: Config, specs: Sequence[Spec], executors: int,
 def _check_dispatch(sched: Scheduler, job: Job, ex: Executor) -> Dispatch:
     now = sched.now()
     record = Dispatch(now, job.job_id, ex.name, now - job.enqueue_time)
-    after = sched.waiting.promote_after_s
-    if after is None:
+    queue = sched.waiting
+    if queue.bound is None:
         return record
-    started = now - job.waited_s  # job.waited_s now includes the wait that just ended
-    for other in sched.waiting:
-        other_started = WaitQueue.wait_started(other)
-        if now - other_started >= after and not (
-                now - started >= after - 1e-9 and started <= other_started + 1e-9):
+    record.bound_s = queue.bound(job)
+    mine = now - job.waited_s + record.bound_s  # job.waited_s includes the wait just ended
+    for other in queue:
+        theirs = queue.deadline(other)
+        if theirs <= now and not (job.promoted and mine <= theirs + 1e-9):
             record.aging_violation = f"{job.job_id} went before promoted {other.job_id}"
             break
     return record

@@ -51,6 +51,25 @@ def test_waits_are_bounded_by_aging(policy: str) -> None:
     assert long.num_preemptions <= (registry.create(policy, config).max_preemptions or 0)
 
 
+@pytest.mark.parametrize("policy", ["ssjf", "isrtf", "alise", "scls", "oracle-sjf"])
+@pytest.mark.parametrize("lookahead", [False, True])
+def test_relative_bound_holds_for_the_job_a_policy_would_starve(policy: str,
+                                                                lookahead: bool) -> None:
+    """With the bound on the workload's time scale (slowdown x typical service time), the
+    long job starts within its bound plus one short job's service; with the look-ahead
+    guard it starts within its bound (it acts before a deadline passes, not after)."""
+    config = harness.make_config(policy, max_running=1, promote_after_s=60.0,
+                                 policies=PARAMS, slowdown=6.0, preempt=True,
+                                 lookahead=lookahead)
+    result = harness.run(config, starvation_workload())
+    assert result.drained
+    long = long_job(result)
+    first = next(d for d in result.dispatches if d.job_id == long.job_id)
+    assert first.bound_s is not None and first.bound_s < 5.0  # far below the 60 s backstop
+    slack = 1e-6 if lookahead else SHORT_SERVICE_S
+    assert first.waited_s <= first.bound_s + slack
+
+
 @pytest.mark.parametrize("policy", ["ssjf", "isrtf", "alise", "oracle-sjf", "oracle-srpt"])
 def test_without_aging_the_long_job_starves(policy: str) -> None:
     """The control: the workload above does starve length-aware policies without aging."""

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
 from daemon.config import ALISEConfig, PoliciesConfig, SimConfig
-from daemon.core.job import JobStatus, KVResidency
+from daemon.core.costmodel import CostModel
+from daemon.core.job import Job, JobStatus, KVResidency
 from policies.alise import ALISE
 from policies.alise_wait import Holder, estimate_waits, plan_residency, work_ahead
-from policies.costmodel import CostModel
 from tests.policies import harness
 from tests.policies.fakes import FakeExecutor, context, job
 from tests.policies.harness import Spec
@@ -55,8 +56,28 @@ def test_outliving_the_prediction_demotes_and_doubles() -> None:
     policy = ALISE(ALISEConfig(demote_factor=3.0), COST)
     running = job("r", predicted=10.0, generated=11, status=JobStatus.RUNNING)
     assert policy.next_checkpoint(job("f", predicted=10.0)) == 11
-    assert policy.on_checkpoint(running, 0.0) is False  # no re-prediction: demotion only
+    assert policy.on_checkpoint(running, 0.0) is True  # asks; without a predictor, a no-op
     assert running.predicted_output_tokens == 30.0
+    assert result.scheduler.repredictor.batches == 0
+
+
+def test_repredicts_every_window_and_the_answer_replaces_doubling() -> None:
+    policy = ALISE(ALISEConfig(), COST)
+    assert policy.next_checkpoint(job("a", predicted=500.0, generated=60)) == 100
+    asked: list[int] = []
+
+    async def predictor(jobs: Sequence[Job]) -> list[float]:
+        asked.extend(j.num_generated_tokens for j in jobs)
+        return await harness.perfect_remaining(jobs)
+
+    # Predicted 10, true 130: at 11 a demotion to 20 and a re-prediction that says 130;
+    # the demotion mark 21 was set before that answer came (no demotion there, one more
+    # re-prediction); then the windows 50 and 100. Doubling alone would end at 160.
+    result = harness.run(harness.make_config("alise", max_running=1),
+                         [Spec(0.0, 40, 130, predicted=10.0)], predictor=predictor)
+    assert asked == [11, 21, 50, 100]
+    assert result.jobs[0].predicted_output_tokens == pytest.approx(130.0)
+    assert result.jobs[0].status is JobStatus.FINISHED
 
 
 def test_preemption_counts_the_victims_resume_cost() -> None:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_waitqueue_best_update_keyed_and_promotion() -> None:
-    queue = WaitQueue(SSJF().order_key, promote_after_s=10.0)
+    queue = WaitQueue(SSJF().order_key, lambda _: 10.0)
     jobs = [job(f"j{i}", predicted=p, enqueue=float(i)) for i, p in enumerate([50, 10, 30, 20])]
     for j in jobs:
         queue.push(j)
@@ -86,6 +86,7 @@ def test_jobs_spread_over_executors_by_outstanding_work() -> None:
 
 class _Broken(FCFS):
     name = "broken"
+    aged = True  # the core's aging is what rescues the job it misplaces
 
     def next_checkpoint(self, job: Job) -> int | None:
         return 3

@@ -86,7 +86,7 @@ def test_victim_choice_margin_and_classes() -> None:
 def test_oracle_srpt_uses_the_truth_and_needs_no_windows() -> None:
     oracle = OracleSRPT()
     j = job("o", predicted=10.0, true=300, generated=100)
-    assert oracle.remaining(j) == 200.0 and oracle.next_checkpoint(j) is None
+    assert oracle.remaining_tokens(j) == 200.0 and oracle.next_checkpoint(j) is None
     assert ISRTF().next_checkpoint(j) == 150
 
 

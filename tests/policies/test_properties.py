@@ -70,12 +70,16 @@ def check_invariants(result: Result) -> None:
 @settings_
 @given(workload=st.lists(specs, min_size=1, max_size=18), executors=st.integers(1, 3),
        max_running=st.integers(1, 3), promote_after=st.one_of(st.none(), st.floats(0.2, 3.0)),
-       params=policy_params)
+       params=policy_params, slowdown=st.sampled_from([0.0, 2.0, 6.0]), guard=st.booleans())
 def test_no_job_lost_duplicated_or_reordered(policy: str, workload: list[Spec], executors: int,
                                              max_running: int, promote_after: float | None,
-                                             params: PoliciesConfig) -> None:
+                                             params: PoliciesConfig, slowdown: float,
+                                             guard: bool) -> None:
+    """Also: promoted jobs start before every other, earliest deadline first, whatever the
+    bound (absolute or relative), preemption for promoted jobs and the look-ahead guard."""
     config = harness.make_config(policy, max_running=max_running,
-                                 promote_after_s=promote_after, policies=params)
+                                 promote_after_s=promote_after, policies=params,
+                                 slowdown=slowdown, preempt=guard, lookahead=guard)
     result = harness.run(config, workload, executors=executors,
                          predictor=harness.perfect_remaining)
     check_invariants(result)

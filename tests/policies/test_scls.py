@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.config import PoliciesConfig, SCLSConfig, SimConfig
+from daemon.core.costmodel import CostModel
 from daemon.core.job import JobStatus
-from policies.costmodel import CostModel
 from policies.scls import SCLS
 from policies.scls_batching import dp_batches, max_min_assign, next_interval
 from tests.policies import harness

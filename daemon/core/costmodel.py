@@ -1,7 +1,8 @@
-"""Execution-time estimates for ALISE and SCLS, from the engine's fitted cost model.
+"""Execution-time estimates from the engine's fitted cost model: the core's starvation bound
+(a job's predicted service time), ALISE's remaining time and SCLS's batch serving time.
 
-The coefficients are those of `[sim]` (what `lengthwise profile` fits on the real engine, and
-what the simulated executor runs): a step costs
+The coefficients are those `lengthwise profile` fits on the real engine (and the simulated
+executor runs): a step costs
     prefill_base + prefill_per_token * new_tokens                        (if any prefill)
   + decode_base + decode_per_seq * batch + decode_per_context_token * context_tokens.
 """
@@ -9,20 +10,36 @@ what the simulated executor runs): a step costs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from daemon.config import SimConfig
+
+class Coefficients(Protocol):
+    """What a cost model is built from ([sim] or a profile's fitted coefficients)."""
+
+    @property
+    def prefill_base_s(self) -> float: ...
+    @property
+    def prefill_per_token_s(self) -> float: ...
+    @property
+    def decode_base_s(self) -> float: ...
+    @property
+    def decode_per_seq_s(self) -> float: ...
+    @property
+    def decode_per_context_token_s(self) -> float: ...
 
 
 @dataclass(slots=True, frozen=True)
 class CostModel:
-    prefill_base_s: float
-    prefill_per_token_s: float
-    decode_base_s: float
-    decode_per_seq_s: float
-    decode_per_context_token_s: float
+    """Defaults: a generic small engine ([sim]'s defaults); real ones come from a profile."""
+
+    prefill_base_s: float = 0.004
+    prefill_per_token_s: float = 0.00002
+    decode_base_s: float = 0.008
+    decode_per_seq_s: float = 0.0005
+    decode_per_context_token_s: float = 0.0000002
 
     @classmethod
-    def from_sim(cls, sim: SimConfig) -> CostModel:
+    def from_sim(cls, sim: Coefficients) -> CostModel:
         return cls(sim.prefill_base_s, sim.prefill_per_token_s, sim.decode_base_s,
                    sim.decode_per_seq_s, sim.decode_per_context_token_s)
 
@@ -44,6 +61,17 @@ class CostModel:
         per_step = self.decode_base_s / max(batch, 1) + self.decode_per_seq_s
         mean_context = context_tokens + (out_tokens + 1) / 2
         return out_tokens * (per_step + self.decode_per_context_token_s * mean_context)
+
+    def wall_s(self, prefill_tokens: float, context_tokens: float, out_tokens: float,
+               batch: int) -> float:
+        """Seconds a job takes from launch to its last token while it decodes in a batch of
+        `batch` jobs: its (re)prefill, then `out_tokens` whole steps of that batch."""
+        if out_tokens <= 0:
+            return self.prefill_s(prefill_tokens)
+        mean_context = context_tokens + (out_tokens + 1) / 2
+        step = (self.decode_base_s + self.decode_per_seq_s * batch
+                + self.decode_per_context_token_s * batch * mean_context)
+        return self.prefill_s(prefill_tokens) + out_tokens * step
 
     def job_time_s(self, prefill_tokens: float, context_tokens: float, out_tokens: float,
                    batch: int) -> float:

@@ -1,0 +1,82 @@
+"""/openapi.json: an OpenAPI 3.1 document generated from the msgspec request and response
+schemas, so the document and the validation cannot drift apart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from daemon.config import LimitsConfig
+from daemon.http.schemas import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    ErrorBody,
+    ModelList,
+)
+
+_REF = "#/components/schemas/{name}"
+_ERRORS = {
+    "400": "Bad input: the error's `param` names the field",
+    "413": "Body larger than server.max_body_bytes",
+    "429": "Queue full (see Retry-After)",
+    "503": "Starting, draining or no engine (see Retry-After)",
+}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF.format(name=name)}
+
+
+def _responses(ok: str, stream: bool) -> dict[str, Any]:
+    content: dict[str, Any] = {"application/json": {"schema": _ref(ok)}}
+    if stream:  # "stream": true answers with server-sent events
+        content["text/event-stream"] = {"schema": {"type": "string"}}
+    out: dict[str, Any] = {"200": {"description": "OK", "content": content}}
+    for code, text in _ERRORS.items():
+        out[code] = {"description": text,
+                     "content": {"application/json": {"schema": _ref("ErrorBody")}}}
+    return out
+
+
+def _post(request: str, ok: str) -> dict[str, Any]:
+    return {"post": {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": _ref(request)}}},
+        "responses": _responses(ok, stream=True)}}
+
+
+def _get(ok: str | None) -> dict[str, Any]:
+    content = {"application/json": {"schema": _ref(ok) if ok else {"type": "object"}}}
+    return {"get": {"responses": {"200": {"description": "OK", "content": content},
+                                  "503": {"description": "Not serving", "content": content}}}}
+
+
+def document(model_name: str, limits: LimitsConfig) -> dict[str, Any]:
+    """The whole document; `model` and `priority` as this server's config allows them."""
+    _, components = msgspec.json.schema_components(
+        [ChatCompletionRequest, CompletionRequest, ChatCompletion, Completion, ModelList,
+         ErrorBody], ref_template=_REF)
+    for name in ("ChatCompletionRequest", "CompletionRequest"):
+        fields = components[name]["properties"]
+        fields["model"] = {"type": "string", "enum": [model_name]}
+        fields["priority"] = {"type": "integer", "default": 0, "minimum": limits.priority_min,
+                              "maximum": limits.priority_max}
+    for schema in components.values():  # unknown request fields are refused
+        if schema.get("type") == "object" and schema["title"].endswith(("Request", "Message",
+                                                                       "Options")):
+            schema["additionalProperties"] = False
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "lengthwise", "version": "0.1.0",
+                 "description": "OpenAI-compatible chat and completions, length-aware "
+                                "scheduling"},
+        "paths": {
+            "/v1/chat/completions": _post("ChatCompletionRequest", "ChatCompletion"),
+            "/v1/completions": _post("CompletionRequest", "Completion"),
+            "/v1/models": _get("ModelList"),
+            "/health": _get(None),
+        },
+        "components": {"schemas": components},
+    }

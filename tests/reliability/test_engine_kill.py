@@ -1,0 +1,79 @@
+"""Engine death on the real daemon: kill -9 the vLLM EngineCore mid-stream; the stream pauses
+and finishes whole, /health says which executor is down and comes back, nothing is lost."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.support import DaemonProcess, config_text, free_port
+
+pytestmark = pytest.mark.engine
+
+_HEALTH = "[engine]\nhealth_check_interval_s = 0.2\n"
+
+
+def _engine_core(daemon: DaemonProcess) -> psutil.Process:
+    for child in psutil.Process(daemon.proc.pid).children(recursive=True):
+        if "EngineCore" in child.name() or "EngineCore" in " ".join(child.cmdline()):
+            return child
+    raise AssertionError("no EngineCore among the daemon's children")
+
+
+def _wait_health(daemon: DaemonProcess, status: int, timeout_s: float) -> httpx.Response:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        response = httpx.get(daemon.base_url + "/health", timeout=5)
+        if response.status_code == status:
+            return response
+        time.sleep(0.1)
+    raise TimeoutError(f"/health never {status}:\n{daemon.log()}")
+
+
+def _start(tmp_path: Path, model: Path, extra: str) -> DaemonProcess:
+    config = tmp_path / "lengthwise.toml"
+    # extra's [engine] keys go into the one [engine] table config_text writes.
+    text = config_text(model, free_port()).replace("[engine]\n", extra, 1)
+    config.write_text(text)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
+    daemon.wait_ready()
+    return daemon
+
+
+def test_engine_kill_mid_stream_resumes(tmp_path: Path, tiny_model: Path) -> None:
+    daemon = _start(tmp_path, tiny_model, _HEALTH)
+    try:
+        body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}],
+                "stream": True, "max_tokens": 1200, "ignore_eos": True,
+                "stream_options": {"include_usage": True}}
+        late: list[httpx.Response] = []
+        with httpx.stream("POST", daemon.base_url + "/v1/chat/completions", json=body,
+                          timeout=180) as response:
+            lines = response.iter_lines()
+            assert next(lines).startswith("data: ")
+            _engine_core(daemon).kill()
+            down = _wait_health(daemon, 503, 15).json()
+            assert down["status"] == "engine down" and "cpu-0" in down["executors_down"]
+            # A request arriving while the engine is down waits, then runs.
+            sender = threading.Thread(target=lambda: late.append(httpx.post(
+                daemon.base_url + "/v1/completions", timeout=180,
+                json={"model": "tiny-llama", "prompt": "hello", "max_tokens": 8})))
+            sender.start()
+            rest = [line for line in lines if line]
+        sender.join(180)
+        assert rest[-1] == "data: [DONE]"
+        assert not any('"error"' in line for line in rest), rest[-5:]
+        usage = json.loads(rest[-2].removeprefix("data: "))["usage"]
+        assert usage["completion_tokens"] == 1200  # the whole answer, across the restart
+        assert late[0].status_code == 200, late[0].text
+        assert late[0].json()["usage"]["completion_tokens"] == 8
+        _wait_health(daemon, 200, 60)
+        assert daemon.metric("lengthwise_engine_restarts_total") == 1
+    finally:
+        assert daemon.stop() == 0, daemon.log()

@@ -1,0 +1,38 @@
+"""A bounded schemathesis run against the live daemon on the real tiny engine: no 5xx, status
+codes and content types as /openapi.json declares them, invalid data refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import DaemonProcess, config_text, free_port
+
+pytestmark = pytest.mark.engine
+
+SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
+CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,"
+          "response_schema_conformance,negative_data_rejection")
+
+
+def test_schemathesis_finds_nothing(tmp_path: Path, tiny_model: Path) -> None:
+    config = tmp_path / "lengthwise.toml"
+    # A short context bounds every generated request's output (a few hundred ms each).
+    text = config_text(tiny_model, free_port(), max_running=4).replace(
+        "max_model_len = 2048", "max_model_len = 128")
+    config.write_text(text)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
+    try:
+        daemon.wait_ready()
+        run = subprocess.run(
+            [str(SCHEMATHESIS), "run", daemon.base_url + "/openapi.json", "--max-examples", "20",
+             "--seed", "7", "--workers", "1", "--no-shrink", "--checks", CHECKS,
+             "--request-timeout", "60", "--phases", "coverage,fuzzing"],
+            capture_output=True, text=True, timeout=400, cwd=tmp_path)
+        assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+        assert " passed" in run.stdout and "failed" not in run.stdout.split("SUMMARY")[-1]
+    finally:
+        assert daemon.stop() == 0, daemon.log()

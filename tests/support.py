@@ -26,18 +26,16 @@ def free_port() -> int:
 
 def config_text(model: Path, port: int, *, engine_kind: str = "vllm", max_running: int = 4,
                 max_num_seqs: int = 4, drain_timeout_s: float = 30.0, policy: str = "fcfs",
-                dtype: str = "auto", devices: tuple[str, ...] = ("cpu",),
-                max_model_len: int = 2048, extra: str = "") -> str:
+                dtype: str = "auto", extra: str = "") -> str:
     return f"""
 [server]
 port = {port}
 [model]
 path = "{model}"
-max_model_len = {max_model_len}
+max_model_len = 2048
 dtype = "{dtype}"
 [engine]
 kind = "{engine_kind}"
-devices = [{", ".join(f'"{d}"' for d in devices)}]
 max_num_seqs = {max_num_seqs}
 cpu_kv_cache_gib = 1
 [scheduler]

@@ -28,15 +28,17 @@ _POLL_S = 0.02  # how often a build looks for its engine process while holding t
 
 def _child_pids() -> set[int]:
     """Children started by multiprocessing's spawn method (vLLM's engine processes), once
-    they run Python: by then they hold their own environment. Its resource tracker, also
+    they run Python: by then they hold their own environment. They show as spawn_main
+    until vLLM renames them ("VLLM::EngineCore"). multiprocessing's resource tracker, also
     a child, is not one of them."""
     pids = set()
     for child in psutil.Process().children():
         try:
-            if any("spawn_main" in arg for arg in child.cmdline()):
-                pids.add(child.pid)
+            command = " ".join(child.cmdline())
         except psutil.Error:  # gone already, or a zombie
             continue
+        if ("spawn_main" in command or "VLLM::" in command) and "resource_tracker" not in command:
+            pids.add(child.pid)
     return pids
 
 

@@ -1,107 +1,106 @@
-"""Two real vLLM engines in one daemon on this 2-core machine, one core each ("cpu:0",
-"cpu:1"): they load while the event loop answers, both serve, and each request goes to
-the engine with less predicted outstanding work."""
+"""Two real vLLM engines in one service on this 2-core machine, one core each ("cpu:0",
+"cpu:1"), driven by the real scheduler in-process: they load concurrently while the event
+loop keeps running, both serve, and each job goes to the engine with less predicted
+outstanding work. In-process because, through HTTP, a client starved of CPU here may send
+its next request only after the previous one ended, and then there is no placement left to
+see (measured: /health answered after up to 9 s while an engine generated, on one engine
+as on two)."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 
-import httpx
-import openai
+import psutil
 import pytest
+import pytest_asyncio
 
-from tests.support import TINY, DaemonProcess, config_text, free_port
+from daemon.config import Config, EngineConfig, ModelConfig, PredictorConfig, SchedulerConfig
+from daemon.core.job import Job, JobEnd, SamplingSpec
+from daemon.service import Service
+from tests.support import TINY
 
 pytestmark = pytest.mark.engine
-
-# No predictor and a fallback beyond any budget: a job's predicted remaining work is its
-# remaining max_tokens, so the expected placement is exact.
-_PREDICTED_AS_BUDGET = "[predictor]\npath = \"none\"\nfallback_tokens = 1000000.0\n"
-_LONG = 4000  # output tokens of the long job: seconds, while the short ones take far less
+_PROBE_S = 0.05  # period of the loop-lag probe while the engines load
 
 
-@pytest.fixture(scope="module")
-def two_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonProcess,
-                                                                             float]]:
-    """The daemon once ready, and the slowest /health answer seen while engines loaded."""
-    folder = tmp_path_factory.mktemp("two-engines")
-    path = folder / "lengthwise.toml"
-    path.write_text(config_text(TINY, free_port(), max_running=2, max_num_seqs=4,
-                                devices=("cpu:0", "cpu:1"), max_model_len=4096,
-                                extra=_PREDICTED_AS_BUDGET))
-    daemon = DaemonProcess(path, folder / "daemon.log")
-    try:
-        yield daemon, _slowest_health_while_starting(daemon, timeout_s=300)
-    finally:
-        assert daemon.stop() == 0, daemon.log()
+async def _max_loop_lag(stop: asyncio.Event) -> float:
+    loop, worst = asyncio.get_running_loop(), 0.0
+    while not stop.is_set():
+        start = loop.time()
+        await asyncio.sleep(_PROBE_S)
+        worst = max(worst, loop.time() - start - _PROBE_S)
+    return worst
 
 
-def _slowest_health_while_starting(daemon: DaemonProcess, timeout_s: float) -> float:
-    slowest, deadline = 0.0, time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if daemon.proc.poll() is not None:
-            raise RuntimeError(f"daemon exited:\n{daemon.log()}")
-        start = time.monotonic()
-        try:
-            status = httpx.get(daemon.base_url + "/health", timeout=30).status_code
-        except httpx.TransportError:  # not listening yet
-            time.sleep(0.2)
-            continue
-        slowest = max(slowest, time.monotonic() - start)
-        if status == 200:
-            return slowest
-        time.sleep(0.2)
-    raise TimeoutError(daemon.log())
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def two_engines() -> AsyncIterator[tuple[Service, float, float]]:
+    """The started service, the event loop's worst lag while it started, and how long
+    starting took (seconds)."""
+    config = Config(model=ModelConfig(path=str(TINY), max_model_len=4096, dtype="float32"),
+                    engine=EngineConfig(devices=["cpu:0", "cpu:1"], max_num_seqs=4),
+                    scheduler=SchedulerConfig(max_running=2),
+                    predictor=PredictorConfig(path="none"))
+    service = await Service.create(config)
+    loop, stop = asyncio.get_running_loop(), asyncio.Event()
+    probe = asyncio.create_task(_max_loop_lag(stop))
+    started = loop.time()
+    await service.start()
+    took = loop.time() - started
+    stop.set()
+    yield service, await probe, took
+    await service.scheduler.abort_all(timeout_s=10)
+    await service.shutdown()
 
 
-def test_engines_load_off_the_event_loop_on_their_own_cores(
-        two_engines: tuple[DaemonProcess, float]) -> None:
-    daemon, slowest_health_s = two_engines
-    log = daemon.log()
-    # Loading took tens of seconds; a loop blocked by a load would hold /health that long.
-    # The bound leaves room for 2 busy cores (1.3 s seen while both engines loaded).
-    loaded_s = float(log.split("lengthwise: ready in ", 1)[1].split()[0])
-    assert loaded_s > 10 and slowest_health_s < 5.0, (loaded_s, slowest_health_s)
-    assert "VLLM_CPU_OMP_THREADS_BIND='0'" in log and "VLLM_CPU_OMP_THREADS_BIND='1'" in log
-    assert "executor cpu0-0 ready on cpu:0" in log and "executor cpu1-1 ready on cpu:1" in log
+def _job(service: Service, max_tokens: int) -> Job:
+    job = service.new_job(list(range(100, 120)), SamplingSpec(max_tokens=max_tokens,
+                                                              temperature=0.0,
+                                                              ignore_eos=True), 0, "two")
+    job.predicted_output_tokens = None  # predicted remaining work = its remaining budget
+    return job
 
 
-async def _complete(client: openai.AsyncOpenAI, max_tokens: int) -> int:
-    done = await client.completions.create(model="tiny-llama", prompt="Once upon a time",
-                                           max_tokens=max_tokens, temperature=0.0,
-                                           extra_body={"ignore_eos": True})
-    assert done.usage is not None
-    return done.usage.completion_tokens
+async def _finish(job: Job) -> JobEnd:
+    while True:
+        item = await asyncio.wait_for(job.outputs.get(), 120)
+        if isinstance(item, JobEnd):
+            return item
 
 
-def _started(daemon: DaemonProcess) -> dict[str, float]:
-    return {ex: daemon.metric("lengthwise_jobs_started_total", f'executor="{ex}"')
-            for ex in ("cpu0-0", "cpu1-1")}
+@pytest.mark.asyncio(loop_scope="module")
+async def test_engines_load_concurrently_off_the_event_loop_on_their_cores(
+        two_engines: tuple[Service, float, float]) -> None:
+    service, worst_lag_s, took_s = two_engines
+    # Loading took tens of seconds; built on the loop, it would have stalled it that long.
+    assert took_s > 5 and worst_lag_s < 1.0, (took_s, worst_lag_s)
+    assert [ex.name for ex in service.executors] == ["cpu0-0", "cpu1-1"]
+    # Each engine inherited its own binding although both were built at once: its model
+    # worker runs on its core only.
+    workers = [p for p in psutil.Process().children(recursive=True)
+               if "VLLM::Worker" in " ".join(p.cmdline())]
+    assert sorted(p.cpu_affinity() for p in workers) == [[0], [1]]
 
 
-@pytest.mark.asyncio
+@pytest.mark.asyncio(loop_scope="module")
 async def test_both_serve_and_placement_follows_predicted_work(
-        two_engines: tuple[DaemonProcess, float]) -> None:
-    daemon, _ = two_engines
-    before = _started(daemon)
-    async with openai.AsyncOpenAI(base_url=daemon.base_url + "/v1", api_key="x") as client:
-        long_job = asyncio.create_task(_complete(client, _LONG))
-        async with asyncio.timeout(60):
-            while sum(_started(daemon).values()) == sum(before.values()):
-                await asyncio.sleep(0.02)
-        busy = next(ex for ex, n in _started(daemon).items() if n > before[ex])
-        # Both short jobs go where less predicted work is outstanding (each executor has
-        # two slots): none beside the long one.
-        shorts = await asyncio.gather(_complete(client, 30), _complete(client, 30))
-        # Else the shorts were placed after it ended (a very slow client): not the test.
-        assert not long_job.done(), "the long job ended before the short ones"
-        assert await long_job == _LONG
-    assert shorts == [30, 30]
-    after = _started(daemon)
-    idle = next(ex for ex in after if ex != busy)
-    assert (after[busy] - before[busy], after[idle] - before[idle]) == (1, 2), (
-        before, after, busy, daemon.log()[-3000:])
-    for ex in after:
-        assert daemon.metric("lengthwise_tokens_generated_total", f'executor="{ex}"') > 0
+        two_engines: tuple[Service, float, float]) -> None:
+    service, _, _ = two_engines
+    scheduler = service.scheduler
+    long_job = _job(service, 3000)
+    scheduler.submit(long_job)
+    async with asyncio.timeout(60):
+        while long_job.num_generated_tokens == 0:
+            await asyncio.sleep(0.01)
+    shorts = [_job(service, 30), _job(service, 30)]
+    for job in shorts:  # placed in one round, while the long job holds ~3000 tokens of work
+        scheduler.submit(job)
+    ends = await asyncio.gather(*(_finish(job) for job in shorts))
+    assert [end.finish_reason for end in ends] == ["length", "length"]
+    assert [job.num_generated_tokens for job in shorts] == [30, 30]
+    other = next(ex.name for ex in service.executors if ex.name != long_job.executor_name)
+    assert [job.executor_name for job in shorts] == [other, other]
+    scheduler.abort(long_job)  # its placement is shown; no need to wait for 3000 tokens
+    await _finish(long_job)
+    assert long_job.num_generated_tokens > 0
+    assert all(stats.tokens_generated > 0 for stats in scheduler.stats.values())

@@ -8,6 +8,7 @@ Reload builds a whole new tree and swaps one reference (see daemon/lifecycle.py)
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -64,7 +65,9 @@ class ModelConfig(_Section, frozen=True):
 class EngineConfig(_Section, frozen=True):
     # Which executor runs jobs: the real vLLM engine or the cost-model simulator.
     kind: Literal["vllm", "sim"] = "vllm"
-    # One executor per entry; for vLLM on a GPU host use "cuda:0", "cuda:1", ...
+    # One executor (one vLLM engine) per entry: "cuda:N" on a GPU host; "cpu" lets vLLM
+    # bind its threads itself; "cpu:IDS" (e.g. "cpu:0-3", "cpu:4,6") binds that engine's
+    # threads to those cores, so that several CPU engines do not share cores.
     devices: list[str] = msgspec.field(default_factory=lambda: ["cpu"])
     # vLLM's own batch cap (max_num_seqs); lengthwise admits at most scheduler.max_running.
     max_num_seqs: int = 8
@@ -261,6 +264,21 @@ class Config(_Section, frozen=True):
     log: LogConfig = msgspec.field(default_factory=LogConfig)
 
 
+_CORES = r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*"  # Linux CPU-list syntax: "0-3,8"
+_DEVICE = re.compile(rf"^(?:cpu(?::{_CORES})?|cuda:\d+)$")
+
+
+def cpu_cores(device: str) -> list[int] | None:
+    """The cores a "cpu:IDS" device names, in order; None for "cpu" and GPU devices."""
+    if not device.startswith("cpu:"):
+        return None
+    cores: list[int] = []
+    for part in device.removeprefix("cpu:").split(","):
+        first, _, last = part.partition("-")
+        cores += range(int(first), int(last or first) + 1)
+    return cores
+
+
 SIM_KV_BLOCK_TOKENS = 16  # the simulated engine's KV block size, tokens
 
 # Sections a running daemon cannot change; a reload that changes them keeps the old ones.
@@ -318,6 +336,8 @@ def validate(config: Config, source: str) -> None:
         problems.append("engine.restart_attempts and restart_backoff_s must be >= 0")
     if not config.engine.devices:
         problems.append("engine.devices must name at least one device")
+    problems += [f"engine.devices: {dev!r} is not 'cpu', 'cpu:IDS' (e.g. 'cpu:0-3,8') or "
+                 "'cuda:N'" for dev in config.engine.devices if not _DEVICE.match(dev)]
     if config.model.max_model_len < 0:
         problems.append("model.max_model_len must be >= 0")
     if config.limits.default_max_tokens < 0:

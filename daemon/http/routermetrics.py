@@ -14,6 +14,7 @@ first for the same reason.
 from __future__ import annotations
 
 import collections
+import logging
 import statistics
 from collections.abc import Iterator
 
@@ -24,6 +25,7 @@ from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.executors.base import EngineStats
 from daemon.service import Service
 
+log = logging.getLogger(__name__)
 _RECENT_JOBS = 256  # finished jobs whose sizes define "median size" and the decode rate
 _LABELS = ["model_name", "engine"]
 
@@ -164,6 +166,10 @@ class RouterCollector(Collector):
         probe = Job("lengthwise-wait-probe", [0] * prompt_tokens,
                     SamplingSpec(max_tokens=max(int(output_tokens), 1)), arrival_time=now,
                     predicted_output_tokens=output_tokens, enqueue_time=now)
-        key = (probe.priority, sched.policy.order_key(probe))
+        try:
+            key = (probe.priority, sched.policy.order_key(probe))
+        except Exception:  # a policy bug must not take /metrics (the router's view) down
+            log.exception("policy %s cannot rank a probe job", sched.policy.name)
+            return list(sched.waiting)
         return [job for prio, job_key, job in sched.waiting.keyed()
                 if (prio, job_key) <= key or sched.waiting.deadline(job) <= now]

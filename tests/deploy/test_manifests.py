@@ -149,6 +149,12 @@ def test_termination_and_start_up_outlast_the_daemon_limits() -> None:
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= math.ceil(
         config.engine.startup_timeout_s)
+    # Liveness must not cut short lengthwise's own restart of a dead engine: stall
+    # detection, every backoff, and two minutes to reload it.
+    live, engine = container["livenessProbe"], config.engine
+    backoffs = sum(engine.restart_backoff_s * 2 ** i for i in range(engine.restart_attempts))
+    assert live["periodSeconds"] * live["failureThreshold"] >= (
+        engine.stall_timeout_s + backoffs + 120)
     epp_grace = _one("Deployment", "lengthwise-epp")["spec"]["template"]["spec"]
     assert epp_grace["terminationGracePeriodSeconds"] >= grace
 

@@ -39,13 +39,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="pick the rate where FCFS's mean JCT is X x unloaded (default 3 "
                    "unless --rate is given)")
     p.add_argument("--workers", type=int, default=2, help="simulations run in parallel")
+    p.add_argument("--forced", dest="natural", action="store_false",
+                   help="max_tokens = the true length (as `bench compare` sends it); default: "
+                   "jobs stop at their true length with the context room as max_tokens, so "
+                   "the budget does not tell predicted policies the truth")
     p.add_argument("--out", type=Path, help="write frontier.json, frontier.md, frontier.png")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     add_config_arguments(p)
     add_sim_arguments(p)
     workload.add_arguments(p)
     p.set_defaults(func=run_frontier, arrivals="gamma", cv=2.5, num=1500, scale=0.25,
-                   cap=256, rate=None, profile=STACK_PROFILE, max_running=4)
+                   cap=256, rate=None, profile=STACK_PROFILE, max_running=4, natural=True)
 
 
 def _mean_jct(requests: list[workload.Request], preds: list[float | None],
@@ -102,7 +106,7 @@ def _results(args: argparse.Namespace, spec: workload.WorkloadSpec, target: floa
     assert outcomes[0].label == BASELINE
     return report.FrontierResults(
         workload=spec, sample=workload.sample_label(spec), predictor=args.predictor,
-        calibrate=target, unloaded_mean_jct=unloaded,
+        natural=args.natural, calibrate=target, unloaded_mean_jct=unloaded,
         fcfs_load_ratio=outcomes[0].summary.mean_jct / unloaded,
         rows=report.rows_of(outcomes))
 
@@ -111,7 +115,8 @@ def _write(results: report.FrontierResults, args: argparse.Namespace) -> None:
     spec = results.workload
     title = (f"{spec.lengths} {spec.arrivals} CV {spec.cv:g}, {spec.num} req at "
              f"{spec.rate:.3g} req/s (FCFS {results.fcfs_load_ratio:.2f}x unloaded), "
-             f"predictor {results.predictor}")
+             f"predictor {results.predictor}"
+             + ("" if results.natural else ", forced budgets"))
     text = f"{title}\n\n{report.table(results.rows)}\n"
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ class FrontierResults(msgspec.Struct, kw_only=True):
     workload: WorkloadSpec  # rate: the one every system ran at
     sample: str  # held-out | in-sample | reserved-test | external
     predictor: str
+    natural: bool  # jobs stop at their true length; max_tokens does not reveal it
     calibrate: float | None  # target FCFS mean JCT / unloaded mean JCT; None: --rate given
     unloaded_mean_jct: float
     fcfs_load_ratio: float  # FCFS mean JCT / unloaded mean JCT at the chosen rate

@@ -67,7 +67,10 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
                    "isrtf/alise: noisy[:SIGMA] (truth x shrinking lognormal noise); "
                    "default: the policy's own rule")
     p.add_argument("--natural", action="store_true", help="jobs stop at their true length "
-                   "by themselves (no forced max_tokens)")
+                   "by themselves and max_tokens is the room left in the context. Without it "
+                   "max_tokens is the true length, as in `bench compare`; the core caps a "
+                   "prediction by the budget, so predicted policies then see the truth "
+                   "wherever the prediction is longer")
 
 
 def sim_options(args: argparse.Namespace, config: Config) -> SimOptions:

@@ -139,3 +139,17 @@ def test_validate_replays_the_runs_workload(tmp_path: Path) -> None:
     assert all(r.mean_error == pytest.approx(0.0) and r.p99_error == pytest.approx(0.0)
                for r in rows)
     assert plot.stat().st_size > 0
+
+
+def test_natural_budgets_keep_the_truth_from_predicted_policies() -> None:
+    """The core caps a prediction by the job's budget: with forced budgets (max_tokens =
+    true length) a too-long prediction turns ssjf into oracle SJF; with natural stops the
+    budget is the context room and ssjf sees only its (here useless, constant) prediction."""
+    reqs = _long_then_short()
+    flat = [1000.0] * len(reqs)  # longer than every true length
+    mean = lambda rs: sum(r.jct_s for r in rs) / len(rs)
+    fcfs = mean(simulate(reqs, flat, _opts("fcfs", max_running=1)).results)
+    forced = mean(simulate(reqs, flat, _opts("ssjf", max_running=1)).results)
+    natural = mean(simulate(reqs, flat, _opts("ssjf", max_running=1, natural=True)).results)
+    assert forced < 0.5 * fcfs  # the leak: SJF on the truth
+    assert natural == pytest.approx(fcfs)

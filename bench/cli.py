@@ -1,4 +1,4 @@
-"""`lengthwise bench run|compare`; also `python -m bench.cli run|compare ...`."""
+"""`lengthwise bench run|compare|frontier`; also `python -m bench.cli run|compare ...`."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from bench import client, metrics
 
-    requests = workload.build(workload.spec_from_args(args))
+    spec = workload.spec_from_args(args)
+    workload.warn_sample(spec)
+    requests = workload.build(spec)
     opts = client.ClientOptions(model=args.model, natural=args.natural,
                                 priority=args.priority, max_model_len=args.max_model_len)
     results = client.run(args.target, requests, opts, progress=not args.json)
@@ -42,7 +44,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.requests_out:
         args.requests_out.write_bytes(b"\n".join(msgspec.json.encode(r) for r in results))
     if args.json:
-        print(metrics.to_json(summary))
+        print(metrics.to_json(summary, {"sample": workload.sample_label(spec)}))
     else:
         for key, value in msgspec.structs.asdict(summary).items():
             print(f"{key:>16}: {value:.4g}" if isinstance(value, float) else
@@ -60,8 +62,10 @@ def main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _run_parser(sub)
     from bench.compare import add_parser as add_compare
+    from bench.frontier.cli import add_parser as add_frontier
 
     add_compare(sub)
+    add_frontier(sub)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

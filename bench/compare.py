@@ -1,8 +1,11 @@
 """`lengthwise bench compare`: every system in turn, the identical workload at each rate.
 
-Writes OUT/results.json (per system and rate: the summary and per-request results),
-OUT/results.md (the table) and OUT/*.png (JCT CDF, mean and p99 JCT vs rate, throughput vs
-rate). Systems run one at a time: on a shared CPU, two engines would measure each other.
+With `--repeats N` the systems alternate within each repetition (A B C, A B C, ...: a slow
+spell of the machine hits every system, not one), each started afresh.
+Writes OUT/results.json (every run: the summary and per-request results; per system and
+rate: the median with min-max of each metric), OUT/results.md (the table of medians) and
+OUT/*.png (JCT CDF, mean and p99 JCT vs rate, throughput vs rate; medians). Systems run one
+at a time: on a shared CPU, two engines would measure each other.
 """
 
 from __future__ import annotations
@@ -15,7 +18,15 @@ import msgspec
 
 from bench import workload
 from bench.hostload import CpuMeter, CpuShare
-from bench.metrics import RequestResult, Summary, summarize
+from bench.metrics import (
+    HEADLINE,
+    RequestResult,
+    Spread,
+    Summary,
+    median_summary,
+    spread,
+    summarize,
+)
 from bench.servers import Server, Settings, System, parse_system
 
 WARM_UP_REQUESTS, WARM_UP_RATE = 8, 50.0  # a short burst before the measured rates
@@ -29,6 +40,19 @@ class RunRecord(msgspec.Struct, kw_only=True):
     requests: list[RequestResult]
     wall_s: float
     cpu: CpuShare | None = None  # who used the machine's CPU during the run
+    repeat: int = 0  # which repetition (0-based)
+
+
+class Aggregate(msgspec.Struct, kw_only=True):
+    """One (system, rate) over its repetitions: field-by-field medians, and min-max of the
+    headline metrics. `requests` pools every repetition's (for the CDF plot)."""
+
+    system: str
+    rate: float
+    repeats: int
+    summary: Summary
+    spread: dict[str, Spread]
+    requests: list[RequestResult] = []
 
 
 class CompareResults(msgspec.Struct, kw_only=True):
@@ -36,8 +60,27 @@ class CompareResults(msgspec.Struct, kw_only=True):
     max_num_seqs: int
     workload: workload.WorkloadSpec  # rate is per run (see runs)
     natural: bool
-    startup_s: dict[str, float]
+    startup_s: dict[str, list[float]]  # per system, one per repetition
     runs: list[RunRecord]
+    sample: str = ""  # the prompts: held-out | in-sample | reserved-test | external
+    repeats: int = 1
+    aggregates: list[Aggregate] = []
+
+
+def run_order(systems: list[System], repeats: int) -> list[tuple[int, System]]:
+    """(repetition, system): A B C, A B C, ... never A A B B."""
+    return [(k, system) for k in range(repeats) for system in systems]
+
+
+def aggregate(runs: list[RunRecord]) -> list[Aggregate]:
+    groups: dict[tuple[str, float], list[RunRecord]] = {}
+    for run in runs:
+        groups.setdefault((run.system, run.rate), []).append(run)
+    return [Aggregate(system=system, rate=rate, repeats=len(group),
+                      summary=median_summary([r.summary for r in group]),
+                      spread={f: spread([r.summary for r in group], f) for f in HEADLINE},
+                      requests=[q for r in group for q in r.requests])
+            for (system, rate), group in groups.items()]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -52,6 +95,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--rates", default="5,7,9", help="comma list of request rates (req/s)")
     p.add_argument("--max-num-seqs", type=int, default=4)
     p.add_argument("--extra-toml", type=Path, help="TOML appended to lengthwise configs")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run every (system, rate) N times, systems alternating")
     p.add_argument("--out", type=Path, required=True, help="output folder")
     add_client_arguments(p)
     workload.add_arguments(p)
@@ -59,7 +104,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _run_system(system: System, settings: Settings, args: argparse.Namespace,
-                rates: list[float], out: Path) -> tuple[float, list[RunRecord]]:
+                rates: list[float], out: Path, repeat: int) -> tuple[float, list[RunRecord]]:
     from bench import client
 
     server = Server(system, settings, out)
@@ -83,8 +128,8 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
             summary = summarize(results, args.slo_ttft, args.slo_tpot)
             records.append(RunRecord(system=system.spec, rate=rate, summary=summary,
                                      requests=results, wall_s=time.perf_counter() - started,
-                                     cpu=cpu))
-            print(f"{system.spec:>24} @ {rate:g} req/s: mean JCT {summary.mean_jct:.2f} s, "
+                                     cpu=cpu, repeat=repeat))
+            print(f"{system.spec:>24} @ {rate:g} req/s #{repeat + 1}: mean JCT {summary.mean_jct:.2f} s, "
                   f"p99 {summary.p99_jct:.2f} s, {summary.n_failed} failed; "
                   f"{cpu.describe()}", flush=True)
             cpu.warn_if_contaminated("during this run")
@@ -104,17 +149,21 @@ def run_compare(args: argparse.Namespace) -> int:
     settings = Settings(model=args.model.resolve(), max_num_seqs=args.max_num_seqs,
                         max_model_len=args.max_model_len,
                         extra_toml=args.extra_toml.read_text() if args.extra_toml else "")
+    spec = workload.spec_from_args(args)
+    workload.warn_sample(spec)
     workload.build(workload.spec_from_args(args, rate=rates[0]))  # fail early on bad flags
     results = CompareResults(model=args.model.name, max_num_seqs=args.max_num_seqs,
-                             workload=workload.spec_from_args(args), natural=args.natural,
-                             startup_s={}, runs=[])
-    for system in systems:
-        startup, records = _run_system(system, settings, args, rates, out)
-        results.startup_s[system.spec] = startup
+                             workload=spec, natural=args.natural, startup_s={}, runs=[],
+                             sample=workload.sample_label(spec), repeats=args.repeats)
+    for repeat, system in run_order(systems, args.repeats):
+        startup, records = _run_system(system, settings, args, rates, out, repeat)
+        results.startup_s.setdefault(system.spec, []).append(startup)
         results.runs += records
         (out / "results.json").write_bytes(msgspec.json.encode(results))  # survive a crash
-    table = markdown_table(results.runs)
+    results.aggregates = aggregate(results.runs)
+    (out / "results.json").write_bytes(msgspec.json.encode(results))
+    table = markdown_table(results.aggregates)
     (out / "results.md").write_text(table)
-    plot_all(results.runs, out)
+    plot_all(results.aggregates, out)
     print(table)
     return 0

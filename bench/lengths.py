@@ -2,12 +2,16 @@
 
 ShareGPT: one answered user turn per conversation (its first), from the split the reserved-
 split rule gives (predictor/split.py); answer length counted under the serving tokenizer.
-Records: the predictor's JSONL ({"messages", "output_tokens"}) or vLLM-bench custom JSONL
-({"prompt", "output_tokens"}). Trace: the trace's token counts with synthetic prompt text.
+`dev` is the hold-out of the training side (`predictor.split.is_dev`, which `predictor train`
+never trains on), `train` the whole training side (dev included: mostly in-sample), `test`
+the reserved split. Records: the predictor's JSONL ({"messages", "output_tokens"}) or
+vLLM-bench custom JSONL ({"prompt", "output_tokens"}). Trace: the trace's token counts with
+synthetic prompt text. Lognormal: ShareGPT-like synthetic lengths with synthetic text.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +20,7 @@ import msgspec
 import numpy as np
 
 from bench.workload import (
+    LENGTHS,
     Message,
     WorkloadSpec,
     fit_output,
@@ -24,6 +29,10 @@ from bench.workload import (
     trace_window,
 )
 
+# ShareGPT-like log-normal fit (GPT-3.5 answers): (log median, log std) in tokens. Output
+# median ~180, mean ~300, p99 ~1,850.
+LOGNORMAL_PROMPT = (math.log(150.0), 1.0)
+LOGNORMAL_OUTPUT = (math.log(180.0), 1.0)
 Shape = tuple[list[Message], int, int]  # messages, prompt tokens, output tokens
 # A prompt and its answer length, or the answer text whose tokens are counted when drawn.
 Candidate = tuple[list[Message], float | str]
@@ -44,15 +53,16 @@ def prompt_tokens(messages: list[Message], tokenizer: str) -> int:
 
 def draw_lengths(spec: WorkloadSpec) -> list[Shape]:
     kind, _, arg = spec.lengths.partition(":")
-    if kind == "sharegpt" and arg in ("train", "test"):
+    if kind == "sharegpt" and arg in ("train", "dev", "test"):
         candidates: list[Candidate] = _sharegpt(arg)
     elif kind == "records" and arg:
         candidates = list(_records(Path(arg)))
     elif kind == "trace" and arg:
         return _trace(Path(arg), spec)
+    elif kind == "lognormal" and not arg:
+        return _lognormal(spec)
     else:
-        raise ValueError(f"unknown lengths {spec.lengths!r}: "
-                         "sharegpt:train|sharegpt:test|records:PATH|trace:PATH")
+        raise ValueError(f"unknown lengths {spec.lengths!r}: {LENGTHS}")
     return _sample(candidates, spec)
 
 
@@ -82,19 +92,32 @@ def _sample(candidates: list[Candidate], spec: WorkloadSpec) -> list[Shape]:
 
 
 def _sharegpt(split: str) -> list[Candidate]:
+    """First answered turns of `split`'s conversations. For dev, prompts that are also the
+    first turn of a conversation the predictor trained on (ShareGPT repeats "hello" and
+    copy-pasted questions: ~10 % of dev's) are dropped, so dev is unseen text too."""
     from predictor.sharegpt import iter_conversations, load_sharegpt_text, turns_of
-    from predictor.split import Split, split_of
+    from predictor.split import Split, is_dev, split_of
 
-    want = Split(split)
+    want = Split.TEST if split == "test" else Split.TRAIN
     pairs: list[Candidate] = []
+    trained: set[tuple[tuple[str, str], ...]] = set()  # first-turn prompts trained on
     for conv in iter_conversations(load_sharegpt_text()):
         cid = conv.get("id")
         if not isinstance(cid, str) or split_of(cid) is not want:
             continue
-        for messages, response, _ in turns_of(conv):
-            pairs.append(([Message(m.role, m.content) for m in messages], response))
-            break  # first answered turn only: whole histories overflow a 2k context
-    return pairs
+        first = next(iter(turns_of(conv)), None)  # whole histories overflow a 2k context
+        if first is None:
+            continue
+        messages = [Message(m.role, m.content) for m in first[0]]
+        if split == "dev" and not is_dev(cid):  # the rule `predictor train` holds dev out by
+            trained.add(_key(messages))
+            continue
+        pairs.append((messages, first[1]))
+    return [p for p in pairs if _key(p[0]) not in trained]
+
+
+def _key(messages: list[Message]) -> tuple[tuple[str, str], ...]:
+    return tuple((m.role, m.content) for m in messages)
 
 
 @lru_cache(maxsize=1)
@@ -131,10 +154,22 @@ def _trace(path: Path, spec: WorkloadSpec) -> list[Shape]:
     rows = read_trace(path)
     start = trace_window(len(rows), spec.num, spec.seed)
     picked = [rows[(start + k) % len(rows)] for k in range(spec.num)]
+    return _synthetic([(c, float(g)) for _, c, g in picked], spec)
+
+
+def _lognormal(spec: WorkloadSpec) -> list[Shape]:
+    rng = np.random.default_rng([spec.seed, 3])
+    prompts = np.clip(np.round(rng.lognormal(*LOGNORMAL_PROMPT, spec.num)), 1, 4096)
+    outputs = np.maximum(np.round(rng.lognormal(*LOGNORMAL_OUTPUT, spec.num)), 1)
+    return _synthetic([(int(p), float(o)) for p, o in zip(prompts, outputs, strict=True)], spec)
+
+
+def _synthetic(pairs: list[tuple[int, float]], spec: WorkloadSpec) -> list[Shape]:
+    """(context tokens, output tokens) -> prompts of synthetic text of that many tokens."""
     overhead = prompt_tokens([Message("user", "")], spec.tokenizer)
     rng = np.random.default_rng([spec.seed, 4])
     shapes: list[Shape] = []
-    for _, context, generated in picked:
+    for context, generated in pairs:
         body = max(min(context, spec.max_input, spec.max_model_len - 2) - overhead, 1)
         text = synthetic_text(body, rng)
         p = body + overhead

@@ -1,4 +1,5 @@
-"""Per-request results and the summary every bench command prints (`bench run`, `sim`)."""
+"""Per-request results, the summary every bench command prints (`bench run`, `sim`,
+`compare`, `frontier`), the spread of repeated runs and ratios to a baseline."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class Summary(msgspec.Struct, kw_only=True):
     p95_jct: float
     p99_jct: float
     mean_ttft: float
+    p50_ttft: float
     p99_ttft: float
     mean_tpot: float
     throughput_rps: float
@@ -80,7 +82,7 @@ def summarize(results: Sequence[RequestResult], slo_ttft: float | None = None,
         n_completed=len(done), n_failed=len(results) - len(done),
         mean_jct=_mean(jct), p50_jct=_pct(jct, 50), p95_jct=_pct(jct, 95),
         p99_jct=_pct(jct, 99), mean_ttft=_mean([r.ttft_s for r in done]),
-        p99_ttft=_pct([r.ttft_s for r in done], 99), mean_tpot=_mean([r.tpot_s for r in done]),
+        p50_ttft=_pct([r.ttft_s for r in done], 50), p99_ttft=_pct([r.ttft_s for r in done], 99), mean_tpot=_mean([r.tpot_s for r in done]),
         throughput_rps=per_s(len(done)),
         throughput_tps=per_s(sum(r.output_tokens for r in done)),
         norm_latency=_mean([r.jct_s / r.output_tokens for r in done if r.output_tokens > 0]),
@@ -88,8 +90,52 @@ def summarize(results: Sequence[RequestResult], slo_ttft: float | None = None,
     )
 
 
-def to_json(summary: Summary) -> str:
-    """NaN (no data) becomes null: strict JSON readers refuse NaN."""
-    fields = {k: (None if isinstance(v, float) and math.isnan(v) else v)
-              for k, v in msgspec.structs.asdict(summary).items()}
+def _nan_to_none(value: object) -> object:
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def to_json(summary: Summary, extra: dict[str, object] | None = None) -> str:
+    """NaN (no data) becomes null: strict JSON readers refuse NaN. `extra` keys follow."""
+    fields = {k: _nan_to_none(v) for k, v in
+              {**msgspec.structs.asdict(summary), **(extra or {})}.items()}
     return msgspec.json.encode(fields).decode()
+
+
+# The headline metrics of tables, repeats and ratios (Summary field names).
+HEADLINE = ("mean_ttft", "p50_ttft", "p99_ttft", "mean_jct", "p50_jct", "p99_jct", "throughput_rps",
+            "throughput_tps")
+
+
+class Spread(msgspec.Struct, frozen=True):
+    median: float
+    min: float
+    max: float
+
+
+def spread(summaries: Sequence[Summary], field: str) -> Spread:
+    values = [getattr(s, field) for s in summaries]
+    clean = [v for v in values if not math.isnan(v)]
+    if not clean:
+        return Spread(math.nan, math.nan, math.nan)
+    return Spread(float(np.median(clean)), min(clean), max(clean))
+
+
+def median_summary(summaries: Sequence[Summary]) -> Summary:
+    """Field by field median of repeated runs (counts included): what tables and plots show."""
+    if len(summaries) == 1:
+        return summaries[0]
+    fields: dict[str, float | int] = {f: spread(summaries, f).median
+                                      for f in Summary.__struct_fields__}
+    fields["n_completed"] = round(fields["n_completed"])
+    fields["n_failed"] = round(fields["n_failed"])
+    return msgspec.convert(fields, Summary)
+
+
+def ratios(summary: Summary, base: Summary, fields: Sequence[str] = HEADLINE
+           ) -> dict[str, float]:
+    """summary / base per field (nan where the base is 0 or missing)."""
+    out = {}
+    for f in fields:
+        ref = getattr(base, f)
+        out[f] = getattr(summary, f) / ref if ref and not math.isnan(ref) else math.nan
+    return out

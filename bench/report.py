@@ -19,21 +19,32 @@ def _f(value: float, digits: int = 2) -> str:
     return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
+def _cell(run: _Run, field: str, scale: float = 1.0, digits: int = 2) -> str:
+    """The value; with repetitions, the median and its min-max (`Aggregate.spread`)."""
+    value = _f(getattr(run.summary, field) * scale, digits)
+    spread = getattr(run, "spread", {}).get(field)
+    if spread is None or getattr(run, "repeats", 1) < 2:
+        return value
+    return f"{value} ({_f(spread.min * scale, digits)}–{_f(spread.max * scale, digits)})"
+
+
 def markdown_table(runs: Sequence[_Run], baseline: str = "vllm") -> str:
     """One row per (rate, system); the last column is mean JCT relative to the baseline
-    system at the same rate."""
+    system at the same rate. Repeated runs (aggregates) show median (min–max) of the
+    headline metrics."""
     base = {r.rate: r.summary.mean_jct for r in runs if r.system == baseline}
     lines = [("| rate (req/s) | system | done/failed | mean JCT (s) | p50 | p95 | p99 JCT (s) "
-             "| mean TTFT (s) | p99 TTFT | mean TPOT (ms) | req/s | tok/s | norm lat (ms/tok) "
+             "| mean TTFT (s) | p50 TTFT | p99 TTFT | mean TPOT (ms) | req/s | tok/s | norm lat (ms/tok) "
              f"| mean JCT vs {baseline} |"),
-             "|---" * 14 + "|"]
+             "|---" * 15 + "|"]
     for r in sorted(runs, key=lambda r: (r.rate, r.system)):
         s = r.summary
         ref = base.get(r.rate)
         rel = f"{(s.mean_jct / ref - 1) * 100:+.1f} %" if ref else "–"
         lines.append(
-            f"| {r.rate:g} | {r.system} | {s.n_completed}/{s.n_failed} | {_f(s.mean_jct)} "
-            f"| {_f(s.p50_jct)} | {_f(s.p95_jct)} | {_f(s.p99_jct)} | {_f(s.mean_ttft)} "
-            f"| {_f(s.p99_ttft)} | {_f(s.mean_tpot * 1000, 1)} | {_f(s.throughput_rps)} "
-            f"| {_f(s.throughput_tps, 0)} | {_f(s.norm_latency * 1000, 1)} | {rel} |")
+            f"| {r.rate:g} | {r.system} | {s.n_completed}/{s.n_failed} | {_cell(r, 'mean_jct')} "
+            f"| {_cell(r, 'p50_jct')} | {_f(s.p95_jct)} | {_cell(r, 'p99_jct')} "
+            f"| {_cell(r, 'mean_ttft')} | {_cell(r, 'p50_ttft')} | {_cell(r, 'p99_ttft')} | {_f(s.mean_tpot * 1000, 1)} "
+            f"| {_cell(r, 'throughput_rps')} | {_cell(r, 'throughput_tps', digits=0)} "
+            f"| {_f(s.norm_latency * 1000, 1)} | {rel} |")
     return "\n".join(lines) + "\n"

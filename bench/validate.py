@@ -17,6 +17,7 @@ from bench import costfile, workload
 from bench.compare import CompareResults
 from bench.metrics import summarize
 from bench.sim import SimOptions, predictions, simulate
+from bench.sim.overrides import build_config, sim_overrides
 
 
 class Row(msgspec.Struct, kw_only=True):
@@ -52,10 +53,13 @@ def validate(results: CompareResults, profile: costfile.Profile, predictor: str)
             continue
         spec = msgspec.structs.replace(results.workload, rate=run.rate)
         requests = workload.build(spec)
-        opts = SimOptions(policy=policy, max_running=results.max_num_seqs, sim=profile.sim,
-                          natural=results.natural, max_model_len=spec.max_model_len)
+        config = build_config(overrides=[f"scheduler.policy={policy}",
+                                         f"scheduler.max_running={results.max_num_seqs}",
+                                         *sim_overrides(profile.sim)])
+        opts = SimOptions(config=config, natural=results.natural,
+                          max_model_len=spec.max_model_len)
         simulated = simulate(requests, predictions(requests, _predictor_for(policy, predictor),
-                                                   spec.seed), opts)
+                                                   spec.seed), opts).results
         sim = summarize(simulated)
         rows.append(Row(system=run.system, rate=run.rate, real_mean_jct=run.summary.mean_jct,
                         sim_mean_jct=sim.mean_jct, real_p99_jct=run.summary.p99_jct,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
+import sys
 from pathlib import Path
 
 import msgspec
@@ -20,6 +21,11 @@ DEFAULT_TOKENIZER = "models/smollm2-135m-instruct"
 # Words that are one token each (leading space) in the SmolLM2 tokenizer: n of them make an
 # n-token prompt, and random choice keeps prompts from sharing cached prefixes.
 _WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "at", "this", "are", "from", "or", "have", "an", "they", "which", "one", "you", "were", "all", "we", "can", "there", "has", "more", "their", "if", "will", "about", "time", "so", "would", "what", "up", "when", "some", "into", "out", "them", "only", "other", "new", "these", "also", "than", "then", "any", "like", "most", "people", "first", "over", "such", "our", "after", "very", "may", "year", "world", "state", "even", "well", "know", "good", "make", "much", "made", "work", "long", "way", "back", "great", "where", "water", "little", "see", "day", "right", "think"]
+
+
+LENGTHS = ("sharegpt:dev (held out of the shipped predictor's training: the default) | "
+           "sharegpt:train (in-sample) | sharegpt:test (reserved: final reports only) | "
+           "records:PATH | trace:PATH | lognormal (synthetic ShareGPT-like lengths)")
 
 
 class Message(msgspec.Struct, frozen=True):
@@ -40,7 +46,7 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     rate: float = 1.0  # req/s; for a trace, its timestamps are rescaled to this mean rate
     cv: float = 1.0  # Gamma inter-arrival coefficient of variation (1 = Poisson)
     num: int = 100
-    lengths: str = "sharegpt:train"  # sharegpt:train|sharegpt:test|records:PATH|trace:PATH
+    lengths: str = "sharegpt:dev"  # see LENGTHS
     scale: float = 1.0  # output lengths are multiplied by this ...
     cap: int = 0  # ... then capped at this (0 = no cap)
     seed: int = 0
@@ -55,8 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=1.0, help="requests per second")
     p.add_argument("--cv", type=float, default=1.0, help="Gamma coefficient of variation")
     p.add_argument("--num", type=int, default=100, help="number of requests")
-    p.add_argument("--lengths", default="sharegpt:train",
-                   help="sharegpt:train | sharegpt:test | records:PATH | trace:PATH")
+    p.add_argument("--lengths", default="sharegpt:dev", help=LENGTHS)
     p.add_argument("--scale", type=float, default=1.0, help="multiply output lengths")
     p.add_argument("--cap", type=int, default=0, help="cap output lengths (0: none)")
     p.add_argument("--seed", type=int, default=0)
@@ -72,6 +77,23 @@ def spec_from_args(args: argparse.Namespace, rate: float | None = None) -> Workl
                         max_model_len=args.max_model_len, tokenizer=args.tokenizer)
 
 
+def sample_label(spec: WorkloadSpec) -> str:
+    """Whether the shipped predictor saw these prompts: the label every JSON output carries."""
+    return {"sharegpt:dev": "held-out", "sharegpt:train": "in-sample",
+            "sharegpt:test": "reserved-test"}.get(spec.lengths, "external")
+
+
+def warn_sample(spec: WorkloadSpec) -> None:
+    """Once per command: figures on training prompts say nothing about users' requests."""
+    label = sample_label(spec)
+    if label == "in-sample":
+        print("warning: --lengths sharegpt:train holds the prompts the shipped predictor was "
+              "trained on: these figures are in-sample (use sharegpt:dev)", file=sys.stderr)
+    elif label == "reserved-test":
+        print("note: sharegpt:test is the reserved split, for final reports only: never tune "
+              "or choose on it", file=sys.stderr)
+
+
 def build(spec: WorkloadSpec) -> list[Request]:
     """The workload: arrival times and lengths are drawn from independent seeded streams,
     so changing the rate keeps the same prompts (runs at several rates stay comparable)."""
@@ -81,6 +103,14 @@ def build(spec: WorkloadSpec) -> list[Request]:
     shapes = draw_lengths(spec)
     return [Request(i, float(t), msgs, p, o)
             for i, (t, (msgs, p, o)) in enumerate(zip(times, shapes, strict=True))]
+
+
+def at_rate(requests: list[Request], rate: float, new_rate: float) -> list[Request]:
+    """The same requests at another mean rate. Exact for every arrival kind: Poisson and
+    Gamma gaps are drawn at scale 1/rate and trace times are rescaled to it, so build(spec
+    at new_rate) gives these times too, without drawing and tokenizing the prompts again."""
+    k = rate / new_rate
+    return [msgspec.structs.replace(r, arrival_s=r.arrival_s * k) for r in requests]
 
 
 def arrival_times(spec: WorkloadSpec) -> np.ndarray:

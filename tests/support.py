@@ -15,6 +15,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 SMOLLM2 = ROOT / "models" / "smollm2-135m-instruct"
 TINY = ROOT / "models" / "tiny-llama"
+# The team's shared data, beside the repository (never an absolute path).
+SHARED_DATA = ROOT.parent / "shared" / "data"
+AZURE_CONV = SHARED_DATA / "azure_llm_2023_conv.csv"
 LENGTHWISE = Path(sys.executable).parent / "lengthwise"
 
 

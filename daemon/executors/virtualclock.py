@@ -34,6 +34,11 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         self.virtual_now = 0.0  # seconds since the loop was made
         super().__init__(selector)
         selector.clock = self
+        # Timers due within this are run: asyncio's default (the monotonic clock's 1 ns) is
+        # below one float step of a virtual clock past ~1e7 s, where a timer set a hair
+        # ahead could then never come due and the loop would spin. 1 us is far below any
+        # simulated cost.
+        self._clock_resolution = 1e-6
 
     def time(self) -> float:
         return self.virtual_now

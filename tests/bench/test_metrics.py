@@ -30,6 +30,7 @@ def test_summary_by_hand() -> None:
     assert s.p50_jct == pytest.approx(2.5)
     assert s.p99_jct == pytest.approx(2.5 + 0.98 * 1.5)  # linear between 2.5 and 4.0
     assert s.mean_ttft == pytest.approx(1.7 / 3)
+    assert s.p50_ttft == pytest.approx(0.5)
     assert s.mean_tpot == pytest.approx((0.5 + 1.0 + 0.1) / 3)
     # makespan: first arrival 0.0 -> last finish 5.0 (request 1)
     assert s.throughput_rps == pytest.approx(3 / 5.0)
@@ -48,7 +49,7 @@ def test_json_has_exactly_the_issue_fields_and_no_nan() -> None:
 
     empty = json.loads(to_json(summarize([_r(0, 0.0, 0, 0, 0, ok=False)])))
     assert list(empty) == ["n_completed", "n_failed", "mean_jct", "p50_jct", "p95_jct",
-                           "p99_jct", "mean_ttft", "p99_ttft", "mean_tpot", "throughput_rps",
+                           "p99_jct", "mean_ttft", "p50_ttft", "p99_ttft", "mean_tpot", "throughput_rps",
                            "throughput_tps", "norm_latency", "goodput_rps"]
     assert empty["mean_jct"] is None and not any(
         isinstance(v, float) and math.isnan(v) for v in empty.values())

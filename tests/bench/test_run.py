@@ -75,24 +75,30 @@ def test_bench_run_against_tiny_vllm_daemon(tmp_path: Path,
 
 @pytest.mark.engine
 def test_bench_compare_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`bench compare` starts the system on the real engine, drives it, stops it, and writes
-    the results, the table and the plots, with who used the CPU during each run."""
+    """`bench compare --repeats 2` starts the system on the real engine twice, drives it,
+    stops it, and writes every run, the medians with min-max, the table and the plots, with
+    who used the CPU during each run."""
     import msgspec
 
     from bench.compare import CompareResults
 
     out = tmp_path / "cmp"
     code = main(["compare", "--model", str(TINY), "--systems", "lengthwise:fcfs",
-                 "--rates", "10,20", "--num", "6", "--lengths",
+                 "--rates", "20", "--num", "6", "--repeats", "2", "--lengths",
                  f"records:{_records(tmp_path, 6)}", "--out", str(out)])
     assert code == 0
     results = msgspec.json.decode((out / "results.json").read_bytes(), type=CompareResults)
-    assert [(r.system, r.rate) for r in results.runs] == [("lengthwise:fcfs", 10.0),
-                                                           ("lengthwise:fcfs", 20.0)]
+    assert [(r.system, r.rate, r.repeat) for r in results.runs] == [
+        ("lengthwise:fcfs", 20.0, 0), ("lengthwise:fcfs", 20.0, 1)]
     for run in results.runs:
         assert run.summary.n_completed == 6 and run.summary.n_failed == 0
         assert run.cpu is not None and run.cpu.server_cores > 0
-    assert results.startup_s["lengthwise:fcfs"] > 0
+    assert len(results.startup_s["lengthwise:fcfs"]) == 2
+    assert all(s > 0 for s in results.startup_s["lengthwise:fcfs"])
+    assert [(a.rate, a.repeats) for a in results.aggregates] == [(20.0, 2)]
+    for agg in results.aggregates:
+        jct = agg.spread["mean_jct"]
+        assert jct.min <= agg.summary.mean_jct == jct.median <= jct.max
     table = (out / "results.md").read_text()
-    assert table.count("| lengthwise:fcfs |") == 2
+    assert table.count("| lengthwise:fcfs |") == 1 and "–" in table
     assert {p.name for p in out.glob("*.png")} >= {"jct_vs_rate.png", "throughput_vs_rate.png"}

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from bench.workload import WorkloadSpec, arrival_times, build
-
-AZURE = Path("/work/shared/data/azure_llm_2023_conv.csv")
+from tests.support import AZURE_CONV as AZURE
 
 
 def _records(tmp_path: Path) -> Path:
@@ -75,3 +74,55 @@ def test_request_body_forces_length_and_salts_only_the_first_message() -> None:
     assert [m["content"] for m in body["messages"]] == ["run 2. be brief", "hi"]
     assert body["max_tokens"] == body["min_tokens"] == 17 and body["ignore_eos"] is True
     assert request_body(req, ClientOptions(), "m")["messages"][0]["content"] == "be brief"
+
+
+def test_at_rate_is_build_at_that_rate(tmp_path: Path) -> None:
+    from bench.workload import at_rate
+
+    for arrivals in ("poisson", "gamma", f"trace:{AZURE}"):
+        spec = WorkloadSpec(arrivals=arrivals, cv=2.5, rate=1.0, num=25,
+                            lengths=f"records:{_records(tmp_path)}")
+        fast = build(WorkloadSpec(**{**_fields(spec), "rate": 3.0}))
+        moved = at_rate(build(spec), 1.0, 3.0)
+        assert [r.arrival_s for r in moved] == pytest.approx([r.arrival_s for r in fast])
+        assert [r.messages for r in moved] == [r.messages for r in fast]
+
+
+def test_lognormal_lengths_are_sharegpt_like() -> None:
+    reqs = build(WorkloadSpec(lengths="lognormal", num=400, max_model_len=8192,
+                              max_input=4096))
+    outs = np.array([r.output_tokens for r in reqs])
+    assert 140 < np.median(outs) < 230  # median ~180 tokens
+    assert all(r.prompt_tokens >= 1 for r in reqs) and build(
+        WorkloadSpec(lengths="lognormal", num=400, max_model_len=8192, max_input=4096)) == reqs
+
+
+def test_sharegpt_dev_is_held_out_of_training() -> None:
+    """dev = training-side conversations that predictor.split.is_dev holds out (the shipped
+    predictor trained on the rest), minus prompts a trained-on conversation also opens with."""
+    from collections import Counter
+
+    from bench.lengths import _sharegpt
+
+    dev, train = _sharegpt("dev"), _sharegpt("train")
+    key = lambda c: tuple((m.role, m.content) for m in c[0])
+    dev_keys = Counter(key(c) for c in dev)
+    trained = Counter(key(c) for c in train) - dev_keys  # what is left once dev is taken out
+    assert dev_keys and not any(k in trained for k in dev_keys)
+    assert 0.08 < len(dev) / len(train) < 0.16  # about 2/16 of conversations
+
+
+def test_in_sample_runs_are_labelled_and_warned(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.workload import sample_label, warn_sample
+
+    assert WorkloadSpec().lengths == "sharegpt:dev"
+    labels = {k: sample_label(WorkloadSpec(lengths=k)) for k in
+              ("sharegpt:dev", "sharegpt:train", "sharegpt:test", "lognormal")}
+    assert labels == {"sharegpt:dev": "held-out", "sharegpt:train": "in-sample",
+                      "sharegpt:test": "reserved-test", "lognormal": "external"}
+    warn_sample(WorkloadSpec(lengths="sharegpt:train"))
+    assert "in-sample" in capsys.readouterr().err
+    warn_sample(WorkloadSpec(lengths="sharegpt:test"))
+    assert "reserved" in capsys.readouterr().err
+    warn_sample(WorkloadSpec())
+    assert capsys.readouterr().err == ""

@@ -1,0 +1,44 @@
+"""`bench compare --repeats`: alternating order, medians with min-max, table and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.compare import RunRecord, aggregate, run_order
+from bench.metrics import RequestResult, summarize
+from bench.plots import plot_all
+from bench.report import markdown_table
+from bench.servers import parse_system
+
+
+def test_systems_alternate_within_each_repetition() -> None:
+    systems = [parse_system(s) for s in ("vllm", "lengthwise:fcfs", "lengthwise:ssjf")]
+    order = [(k, s.spec) for k, s in run_order(systems, 2)]
+    assert order == [(0, "vllm"), (0, "lengthwise:fcfs"), (0, "lengthwise:ssjf"),
+                     (1, "vllm"), (1, "lengthwise:fcfs"), (1, "lengthwise:ssjf")]
+
+
+def _run(system: str, repeat: int, jct: float) -> RunRecord:
+    reqs = [RequestResult(index=i, arrival_s=float(i), prompt_tokens=5, output_tokens=10,
+                          ok=True, ttft_s=jct / 4, jct_s=jct) for i in range(4)]
+    return RunRecord(system=system, rate=5.0, summary=summarize(reqs), requests=reqs,
+                     wall_s=1.0, repeat=repeat)
+
+
+def test_medians_with_min_max_per_system_and_rate(tmp_path: Path) -> None:
+    runs = [_run(s, k, jct) for k, jcts in enumerate([(1.0, 2.0), (3.0, 2.2), (2.0, 2.1)])
+            for s, jct in zip(("vllm", "lengthwise:ssjf"), jcts, strict=True)]
+    aggs = {a.system: a for a in aggregate(runs)}
+    ssjf = aggs["lengthwise:ssjf"]
+    assert ssjf.repeats == 3 and len(ssjf.requests) == 12  # every run's requests kept
+    assert ssjf.summary.mean_jct == pytest.approx(2.1)  # the median, not the mean
+    assert (ssjf.spread["mean_jct"].min, ssjf.spread["mean_jct"].max) == (2.0, 2.2)
+    assert ssjf.spread["p50_ttft"].median == pytest.approx(2.1 / 4)
+    assert aggs["vllm"].summary.mean_jct == 2.0
+    table = markdown_table(list(aggs.values()))
+    assert "| lengthwise:ssjf | 4/0 | 2.10 (2.00–2.20) |" in table  # per-run median count
+    assert "+5.0 %" in table  # median vs median
+    paths = plot_all(list(aggs.values()), tmp_path)
+    assert all(p.stat().st_size > 0 for p in paths)

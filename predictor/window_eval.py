@@ -33,14 +33,16 @@ def log_ratio(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
 def iterative_remaining(model: Predictor, inputs: list[PredictInput],
                         ex: WindowExamples) -> np.ndarray:
     pairs = [(inputs[r], p) for r, p in zip(ex.record, ex.partial, strict=True)]
-    return np.concatenate([model.predict_remaining(pairs[s:s + _CHUNK])
-                           for s in range(0, len(pairs), _CHUNK)] or [np.zeros(0)])
+    chunks = [np.asarray(model.predict_remaining(pairs[s:s + _CHUNK]), np.float64)
+              for s in range(0, len(pairs), _CHUNK)]
+    return np.concatenate(chunks or [np.zeros(0)])
 
 
 def baseline_remaining(first: Predictor, inputs: list[PredictInput], ex: WindowExamples,
                        window: int) -> np.ndarray:
-    totals = np.concatenate([first.predict(inputs[s:s + _CHUNK])
-                             for s in range(0, len(inputs), _CHUNK)] or [np.zeros(0)])
+    chunks = [np.asarray(first.predict(inputs[s:s + _CHUNK]), np.float64)
+              for s in range(0, len(inputs), _CHUNK)]
+    totals = np.concatenate(chunks or [np.zeros(0)])
     generated = np.asarray(ex.window, np.float64) * window
     return np.maximum(totals[ex.record] - generated, 1.0)
 

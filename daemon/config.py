@@ -105,7 +105,7 @@ class AgingConfig(_Section, frozen=True):
 
     # The tail knob: a job may wait this many typical service times (0 = only the absolute
     # bound below). Lower: tail nearer FCFS's; higher: mean nearer the policy's own.
-    slowdown: float = 6.0
+    slowdown: float = 4.0
     # Seconds every job may wait before its bound applies (a floor).
     min_wait_s: float = 0.0
     # Absolute backstop (s): no job waits longer than this in total, whatever its size.
@@ -121,7 +121,7 @@ class AgingConfig(_Section, frozen=True):
 
 
 class SchedulerConfig(_Section, frozen=True):
-    # Policy name from the registry in policies/: fcfs, ssjf, isrtf, alise, scls,
+    # Policy name from the registry in policies/: fcfs, ssjf, hrrn, isrtf, alise, scls,
     # oracle-sjf, oracle-srpt (oracles need true lengths: benchmarks only).
     policy: str = "fcfs"
     # Jobs admitted to one executor at once; the rest wait in lengthwise, where the policy
@@ -129,6 +129,9 @@ class SchedulerConfig(_Section, frozen=True):
     max_running: int = 4
     # Waiting jobs beyond this are refused with 429.
     max_waiting: int = 1024
+    # Learn the factor between predicted and actual lengths from jobs that stopped by
+    # themselves, and scale predictions by it (core/calibration.py).
+    calibrate_lengths: bool = True
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
 

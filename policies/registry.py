@@ -7,12 +7,13 @@ from daemon.core.policy import Policy
 from daemon.costprofile import cost_model
 from policies.alise import ALISE
 from policies.fcfs import FCFS
+from policies.hrrn import HRRN
 from policies.isrtf import ISRTF, OracleSRPT
 from policies.scls import SCLS
 from policies.ssjf import SSJF, OracleSJF
 
 _POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (FCFS, SSJF, ISRTF, ALISE, SCLS, OracleSJF, OracleSRPT)}
+    cls.name: cls for cls in (FCFS, SSJF, HRRN, ISRTF, ALISE, SCLS, OracleSJF, OracleSRPT)}
 
 
 def names() -> list[str]:

@@ -1,7 +1,7 @@
 """`lengthwise bench frontier`: see bench/frontier/__init__.py.
 
     lengthwise bench frontier --out out/frontier            # issue 10's default workload
-    lengthwise bench frontier --system ssjf-age4=scheduler.policy=ssjf,scheduler.aging.promote_after_s=4 ...
+    lengthwise bench frontier --system ssjf-k4=scheduler.policy=ssjf,scheduler.aging.slowdown=4 ...
 
 Default workload: bursty Gamma arrivals (CV 2.5), 1,500 ShareGPT first turns from the dev
 hold-out, outputs x 0.25 capped at 256, the tiny-llama stack profile, 1 executor x 4 slots,

@@ -6,13 +6,20 @@ import msgspec
 
 BASELINE = "fcfs"
 
-# The systems issue 10 measures: the absolute-aging sweep of ssjf and of oracle SJF (60 s is
-# the shipped default), and every other policy at its defaults.
-_AGES = (1, 2, 4, 8, 60)
+# The systems issue 10 measures: the tail knob (scheduler.aging.slowdown, with the look-ahead
+# guard, as shipped) swept for ssjf and for oracle SJF; the simple rules on the same workload
+# and predictor (ssjf with an absolute wait threshold and no guard, HRRN on its own); and every
+# other policy at its defaults.
+_SLOWDOWNS = (1, 2, 4, 6, 8, 12)
+_ABSOLUTE_S = (0.5, 1, 2, 4)
 DEFAULT_SYSTEMS = (
-    [f"ssjf-age{a}=scheduler.policy=ssjf,scheduler.aging.promote_after_s={a}" for a in _AGES]
-    + [f"oracle-sjf-age{a}=scheduler.policy=oracle-sjf,scheduler.aging.promote_after_s={a}"
-       for a in _AGES]
+    [f"ssjf-k{k}=scheduler.policy=ssjf,scheduler.aging.slowdown={k}" for k in _SLOWDOWNS]
+    + [f"ssjf-abs-{a}s=scheduler.policy=ssjf,scheduler.aging.slowdown=0,"
+       f"scheduler.aging.lookahead=false,scheduler.aging.promote_after_s={a}"
+       for a in _ABSOLUTE_S]
+    + ["hrrn=scheduler.policy=hrrn,scheduler.aging.enabled=false"]
+    + [f"oracle-sjf-k{k}=scheduler.policy=oracle-sjf,scheduler.aging.slowdown={k}"
+       for k in (2, 4, 8)]
     + [f"{p}=scheduler.policy={p}" for p in ("isrtf", "alise", "scls")])
 
 

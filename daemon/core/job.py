@@ -72,6 +72,9 @@ class Job:
     priority: int = 0  # request class, lower = more urgent (as vLLM)
     # Predicted total output tokens (set before scheduling; None = no prediction).
     predicted_output_tokens: float | None = None
+    # The prediction as it stood at submit; re-predictions and demotions change only the
+    # field above. None when the policy queued the job before predicting it.
+    first_prediction: float | None = None
     # True output length, known only to benchmarks and oracle policies.
     true_output_tokens: int | None = None
     status: JobStatus = JobStatus.WAITING
@@ -113,9 +116,14 @@ class Job:
     @property
     def predicted_remaining_tokens(self) -> float:
         """Predicted tokens still to come; the budget when there is no prediction."""
+        return self.predicted_remaining(1.0)
+
+    def predicted_remaining(self, scale: float) -> float:
+        """Predicted tokens still to come with the prediction scaled by `scale` (the
+        core's calibration to the served model), at least 1, at most the budget left."""
         if self.predicted_output_tokens is None:
             return float(self.num_remaining_budget_tokens)
-        left = self.predicted_output_tokens - self.num_generated_tokens
+        left = self.predicted_output_tokens * scale - self.num_generated_tokens
         return float(min(max(left, 1.0), self.num_remaining_budget_tokens))
 
     @property

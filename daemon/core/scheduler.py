@@ -10,11 +10,12 @@ aging and preemption happen even when no slot frees.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 from collections.abc import Callable
 
 from daemon.config import SchedulerConfig
+from daemon.core import guard
+from daemon.core.calibration import LengthCalibration
 from daemon.core.job import Job, JobStatus, StopRequest
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
 from daemon.core.repredict import RemainingPredictor, Repredictor
@@ -26,21 +27,6 @@ log = logging.getLogger(__name__)
 
 _MIN_TIMER_S = 0.001  # a policy asking for a round "now" again must not spin the loop
 _TYPICAL_WEIGHT = 0.01  # EWMA weight of one arrival: ~100 jobs of memory
-_LOOKAHEAD = 64  # waiting jobs, by deadline, whose starts the aging guard estimates
-
-
-def _starts_within(deadlines: list[float], services: list[float], slots: list[float],
-                   now: float) -> list[bool]:
-    """Whether each job (its deadline and service seconds), started in the given order on
-    the earliest free of `slots` (seconds from now until each frees), starts in time."""
-    free = list(slots)
-    heapq.heapify(free)
-    out = []
-    for deadline, service in zip(deadlines, services, strict=True):
-        start = heapq.heappop(free)
-        out.append(now + start <= deadline)
-        heapq.heappush(free, start + service)
-    return out
 
 
 class NotAccepting(Exception):
@@ -73,6 +59,7 @@ class Scheduler:
         self._by_name = {ex.name: ex for ex in executors}
         self._policy_wakeup: float | None = None
         self.typical_service_s = 0.0  # EWMA of arriving jobs' predicted service time (s)
+        self.calibration = LengthCalibration()
         self.repredictor = Repredictor(self._on_reprediction)
         self.repredictor.timeout_s = policy.repredict_timeout_s
         for ex in executors:
@@ -129,6 +116,8 @@ class Scheduler:
             raise QueueFull(f"{len(self.waiting)} requests are already waiting")
         self._jobs[job.job_id] = job
         self._idle.clear()
+        if job.first_prediction is None:
+            job.first_prediction = job.predicted_output_tokens
         self._observe_service(job)
         self._enqueue(job)
 
@@ -155,6 +144,7 @@ class Scheduler:
         """Live reload: new limits, aging and policy; waiting jobs are re-ranked, none lost."""
         self.config = config
         self.policy = policy
+        policy.length_scale = self.calibration.scale if config.calibrate_lengths else 1.0
         self.repredictor.timeout_s = policy.repredict_timeout_s
         self.waiting.rekey(policy.order_key, self._wait_bound())
         self._policy_wakeup = None
@@ -219,30 +209,13 @@ class Scheduler:
 
     def _guard(self, pick: tuple[Job, ExecutorView], ctx: DispatchContext
                ) -> tuple[Job, ExecutorView]:
-        """The policy's pick, unless launching it now would make a waiting job miss its wait
-        deadline that it meets if jobs start in deadline order; then the earliest-deadline
-        job goes instead (protected from preemption). Starts are estimated by list-scheduling
-        the first `_LOOKAHEAD` deadlines on every slot, running jobs' predicted remaining
-        service first."""
-        job = pick[0]
-        edf = self.waiting.by_deadline(_LOOKAHEAD)
-        if not edf or edf[0] is job:
+        """The policy's pick, unless the look-ahead guard (core/guard.py) starts the
+        earliest-deadline job instead (then protected from preemption)."""
+        slots = sum(ex.max_running for ex in self.executors)
+        head = guard.overrule(pick[0], self.waiting, self.policy.service_s,
+                              ctx.running_jobs(), slots, ctx.now)
+        if head is None:
             return pick
-        service = self.policy.service_s
-        busy = [service(j) for j in ctx.running_jobs()]
-        idle = [0.0] * max(sum(ex.max_running for ex in self.executors) - len(busy), 1)
-        slots = busy + idle
-        rest = [j for j in edf if j is not job]
-        deadlines = [self.waiting.deadline(j) for j in rest]
-        services = [service(j) for j in rest]
-        on_time = _starts_within(deadlines, services, slots, ctx.now)
-        heapq.heapify(slots)
-        first = heapq.heappop(slots)  # the pick takes the first free slot
-        heapq.heappush(slots, first + service(job))
-        after = _starts_within(deadlines, services, slots, ctx.now)
-        if all(a or not b for a, b in zip(after, on_time, strict=True)):
-            return pick
-        head = edf[0]
         head.promoted = True
         return head, self.policy.choose_executor(head, ctx.free_executors())
 
@@ -361,6 +334,9 @@ class Scheduler:
              error: str | None = None) -> None:
         job.end(status, self.now(), reason, error)
         self._jobs.pop(job.job_id, None)
+        if self.config.calibrate_lengths:
+            self.calibration.observe(job)
+            self.policy.length_scale = self.calibration.scale
         for listener in self.on_job_end:
             try:
                 listener(job)

@@ -58,7 +58,7 @@ def test_policy_sections_decode_validate_and_are_all_documented() -> None:
 
 def test_registry_builds_every_policy_from_config() -> None:
     assert registry.names() == sorted(
-        ["fcfs", "ssjf", "isrtf", "alise", "scls", "oracle-sjf", "oracle-srpt"])
+        ["fcfs", "ssjf", "hrrn", "isrtf", "alise", "scls", "oracle-sjf", "oracle-srpt"])
     config = decode('[policies.isrtf]\nmax_preemptions = 5\n[scheduler]\npolicy = "isrtf"\n')
     assert registry.create("isrtf", config).max_preemptions == 5
     for name in registry.names():

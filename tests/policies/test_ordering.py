@@ -99,3 +99,18 @@ def test_isrtf_follows_reprediction_not_first_guess() -> None:
     informed = harness.run(config, workload, predictor=harness.perfect_remaining)
     assert informed.by_finish() == [informed.jobs[1].job_id, informed.jobs[0].job_id]
     assert informed.scheduler.repredictor.jobs > 0
+
+
+def test_hrrn_lets_a_long_job_that_waited_go_before_a_fresh_short_one() -> None:
+    """HRRN: the ratio (wait + S) / S grows with waiting, so a long job that waited through
+    a long run beats a short job that just arrived; ssjf takes the short one."""
+    head = Spec(0.0, 40, 300, predicted=300.0)
+    alone = harness.run(harness.make_config("fcfs", max_running=1), [head]).jobs[0]
+    frees_at = alone.finish_time or 0.0
+    workload = [head, Spec(0.01, 40, 60, predicted=60.0),
+                Spec(frees_at - 0.01, 40, 5, predicted=5.0)]
+    order = {policy: first_dispatch_order(harness.run(
+        harness.make_config(policy, max_running=1), workload)) for policy in ("hrrn", "ssjf")}
+    first, long, short = (f"j{i:03d}" for i in range(3))
+    assert order["hrrn"] == [first, long, short]
+    assert order["ssjf"] == [first, short, long]

@@ -147,7 +147,7 @@ def run_compare(args: argparse.Namespace) -> int:
     rates = [float(r) for r in args.rates.split(",") if r]
     systems = [parse_system(s) for s in args.systems.split(",") if s]
     settings = Settings(model=args.model.resolve(), max_num_seqs=args.max_num_seqs,
-                        max_model_len=args.max_model_len,
+                        max_model_len=args.max_model_len, trust_budget=args.natural,
                         extra_toml=args.extra_toml.read_text() if args.extra_toml else "")
     spec = workload.spec_from_args(args)
     workload.warn_sample(spec)

@@ -41,6 +41,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int = 2048
     kv_gib: int = 1
     extra_toml: str = ""  # appended to every lengthwise config ([predictor] path, ...)
+    # False when the client forces each length through max_tokens: the daemon must not
+    # read the truth off the budget ([scheduler] trust_budget).
+    trust_budget: bool = True
     startup_timeout_s: float = 300.0
 
 
@@ -65,6 +68,7 @@ cpu_kv_cache_gib = {s.kv_gib}
 policy = "{system.policy}"
 max_running = {s.max_num_seqs}
 max_waiting = 100000
+trust_budget = {str(s.trust_budget).lower()}
 {s.extra_toml}
 """
 

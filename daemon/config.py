@@ -132,6 +132,9 @@ class SchedulerConfig(_Section, frozen=True):
     # Learn the factor between predicted and actual lengths from jobs that stopped by
     # themselves, and scale predictions by it (core/calibration.py).
     calibrate_lengths: bool = True
+    # A request's max_tokens caps its predicted length. Turn off only in benchmarks that
+    # force every output length through max_tokens: there the cap hands policies the truth.
+    trust_budget: bool = True
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
 

@@ -40,9 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    "unless --rate is given)")
     p.add_argument("--workers", type=int, default=2, help="simulations run in parallel")
     p.add_argument("--forced", dest="natural", action="store_false",
-                   help="max_tokens = the true length (as `bench compare` sends it); default: "
-                   "jobs stop at their true length with the context room as max_tokens, so "
-                   "the budget does not tell predicted policies the truth")
+                   help="max_tokens = the true length (as `bench compare` sends it; the core then "
+                   "does not trust the budget); default: jobs stop at their true length with "
+                   "the context room as max_tokens")
     p.add_argument("--out", type=Path, help="write frontier.json, frontier.md, frontier.png")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     add_config_arguments(p)

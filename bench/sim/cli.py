@@ -68,9 +68,9 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
                    "default: the policy's own rule")
     p.add_argument("--natural", action="store_true", help="jobs stop at their true length "
                    "by themselves and max_tokens is the room left in the context. Without it "
-                   "max_tokens is the true length, as in `bench compare`; the core caps a "
-                   "prediction by the budget, so predicted policies then see the truth "
-                   "wherever the prediction is longer")
+                   "max_tokens is the true length, as in `bench compare`, and the core is "
+                   "told not to cap predictions by it (scheduler.trust_budget = false), "
+                   "or predicted policies would read the truth off the budget")
 
 
 def sim_options(args: argparse.Namespace, config: Config) -> SimOptions:

@@ -74,6 +74,9 @@ def make_job(req: workload.Request, predicted: float | None, opts: SimOptions,
 async def start_scheduler(opts: SimOptions) -> tuple[Scheduler, list[Executor]]:
     """The real core and policy on started SimExecutors (call on a VirtualClockLoop)."""
     config = opts.config
+    if not opts.natural:  # forced lengths: max_tokens is the truth, not a hint to trust
+        config = msgspec.structs.replace(config, scheduler=msgspec.structs.replace(
+            config.scheduler, trust_budget=False))
     exs: list[Executor] = [SimExecutor(f"sim{i}", config.scheduler.max_running, config.sim)
                            for i in range(opts.executors)]
     for ex in exs:

@@ -118,13 +118,14 @@ class Job:
         """Predicted tokens still to come; the budget when there is no prediction."""
         return self.predicted_remaining(1.0)
 
-    def predicted_remaining(self, scale: float) -> float:
+    def predicted_remaining(self, scale: float, budget_caps: bool = True) -> float:
         """Predicted tokens still to come with the prediction scaled by `scale` (the
-        core's calibration to the served model), at least 1, at most the budget left."""
+        core's calibration to the served model), at least 1, and at most the budget left
+        unless `budget_caps` is off (benchmarks that force lengths through max_tokens)."""
         if self.predicted_output_tokens is None:
             return float(self.num_remaining_budget_tokens)
-        left = self.predicted_output_tokens * scale - self.num_generated_tokens
-        return float(min(max(left, 1.0), self.num_remaining_budget_tokens))
+        left = max(self.predicted_output_tokens * scale - self.num_generated_tokens, 1.0)
+        return float(min(left, self.num_remaining_budget_tokens) if budget_caps else left)
 
     @property
     def is_done(self) -> bool:

@@ -65,12 +65,14 @@ class Policy:
     # the registry sets both from the config.
     cost: CostModel = CostModel()
     batch_hint: int = 4
-    # Factor the core learned between predicted and actual lengths (core/calibration.py).
+    # Factor the core learned between predicted and actual lengths (core/calibration.py),
+    # and whether a request's budget caps its prediction ([scheduler] trust_budget).
     length_scale: float = 1.0
+    trust_budget: bool = True
 
     def remaining_tokens(self, job: Job) -> float:
         """Output tokens the job is expected to still generate, as this policy sees it."""
-        return job.predicted_remaining(self.length_scale)
+        return job.predicted_remaining(self.length_scale, self.trust_budget)
 
     def service_s(self, job: Job) -> float:
         """Predicted seconds the job needs from its next launch, in a full batch: the

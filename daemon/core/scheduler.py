@@ -60,6 +60,7 @@ class Scheduler:
         self._policy_wakeup: float | None = None
         self.typical_service_s = 0.0  # EWMA of arriving jobs' predicted service time (s)
         self.calibration = LengthCalibration()
+        policy.trust_budget = config.trust_budget
         self.repredictor = Repredictor(self._on_reprediction)
         self.repredictor.timeout_s = policy.repredict_timeout_s
         for ex in executors:
@@ -145,6 +146,7 @@ class Scheduler:
         self.config = config
         self.policy = policy
         policy.length_scale = self.calibration.scale if config.calibrate_lengths else 1.0
+        policy.trust_budget = config.trust_budget
         self.repredictor.timeout_s = policy.repredict_timeout_s
         self.waiting.rekey(policy.order_key, self._wait_bound())
         self._policy_wakeup = None

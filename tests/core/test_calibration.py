@@ -63,3 +63,17 @@ def test_scheduler_scales_the_policy_by_what_finished_jobs_showed(calibrate: boo
     assert policy.length_scale == pytest.approx(0.25 if calibrate else 1.0, rel=0.05)
     fresh = harness.make_job(99, Spec(0.0, 20, 40, predicted=160.0))
     assert policy.remaining_tokens(fresh) == pytest.approx(160.0 * policy.length_scale)
+
+
+@pytest.mark.parametrize("trust", [True, False])
+def test_a_forced_budget_caps_predictions_only_when_trusted(trust: bool) -> None:
+    """Benchmarks that force lengths through max_tokens turn trust_budget off, so ssjf
+    orders by its prediction, not by the budget (which would be the truth)."""
+    workload = [Spec(0.0, 20, 50, predicted=400.0, max_tokens=50),
+                Spec(0.0, 20, 60, predicted=100.0, max_tokens=60)]
+    config = harness.make_config("ssjf", max_running=1)
+    config = msgspec.structs.replace(config, scheduler=msgspec.structs.replace(
+        config.scheduler, trust_budget=trust))
+    result = harness.run(config, workload)
+    first = result.dispatches[0].job_id
+    assert first == ("j000" if trust else "j001")

@@ -31,6 +31,10 @@ class _SchedulerCollector(Collector):
         sched = self._scheduler
         yield GaugeMetricFamily("lengthwise_queue_depth", "Jobs waiting in lengthwise",
                                 value=len(sched.waiting))
+        yield GaugeMetricFamily("lengthwise_prediction_scale", "Learned actual / predicted "
+                                "output length (geometric mean over jobs that stopped by "
+                                "themselves; 1 until 20 were seen)",
+                                value=sched.calibration.scale)
         running = GaugeMetricFamily("lengthwise_running_jobs", "Jobs admitted to an executor",
                                     labels=["executor"])
         limit = GaugeMetricFamily("lengthwise_max_running", "Admission cap per executor "
@@ -124,8 +128,11 @@ class Metrics:
         assert job.finish_time is not None
         self.ttft.labels(executor).observe(job.first_token_time - job.arrival_time)
         self.jct.labels(executor).observe(job.finish_time - job.arrival_time)
-        if job.finish_reason == "stop" and job.predicted_output_tokens is not None:
-            ratio = job.predicted_output_tokens / max(job.num_generated_tokens, 1)
+        # The first prediction: re-predictions and demotions revise it on the way.
+        predicted = job.first_prediction if job.first_prediction is not None \
+            else job.predicted_output_tokens
+        if job.finish_reason == "stop" and predicted is not None:
+            ratio = predicted / max(job.num_generated_tokens, 1)
             self.prediction_error.observe(math.log2(max(ratio, 1e-6)))
         if job.num_generated_tokens > 1:
             decode_s = job.finish_time - job.first_token_time

@@ -154,6 +154,7 @@ async def test_metrics_count_tokens_and_latencies(
     assert 'lengthwise_jct_seconds_count{executor="sim0"} 3.0' in text
     assert 'lengthwise_http_errors_total{status="400",type="invalid_request_error"} 1.0' in text
     assert "lengthwise_queue_depth 0.0" in text
+    assert "lengthwise_prediction_scale 1.0" in text  # nothing learned yet
 
 
 @pytest.mark.asyncio

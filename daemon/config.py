@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
 from daemon.core.costmodel import CostModel
+from policies import registry  # policies import only daemon.core: no circle
 
 _COST = CostModel()  # [sim]'s defaults are the generic cost model's
 
@@ -138,62 +139,19 @@ class SchedulerConfig(_Section, frozen=True):
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
 
-class ISRTFConfig(_Section, frozen=True):
-    """[policies.isrtf]: iterative shortest remaining time first (ELIS), also oracle-srpt."""
-
-    # Remaining length is re-predicted every this many generated tokens (ELIS's window).
-    window_tokens: int = 50
-    # A waiting job preempts a running one only if the victim's predicted remaining tokens
-    # exceed (1 + margin) x the candidate's: preempt when it pays, not at every window.
-    margin: float = 1.0
-    # Most times one job may be preempted; bounds churn and every job's completion time.
-    max_preemptions: int = 2
-    # Seconds one batch of re-predictions may take before the old predictions are kept.
-    repredict_timeout_s: float = 1.0
+def _policies_section() -> type[msgspec.Struct]:
+    """[policies.*]: each policy's own parameter Struct, collected through the registry
+    (policies/*.py define and document them); only the active policy's section is read."""
+    fields = [(name, kind, msgspec.field(default_factory=kind))
+              for name, kind in registry.sections().items()]
+    return msgspec.defstruct("PoliciesConfig", fields, bases=(_Section,), frozen=True,
+                             forbid_unknown_fields=True, kw_only=True)
 
 
-class ALISEConfig(_Section, frozen=True):
-    """[policies.alise]: priority on estimated remaining execution time (ALISE)."""
-
-    # Virtual aging: a waiting job's effective remaining time halves (it climbs one priority
-    # level) for every this many seconds it waits.
-    age_threshold_s: float = 30.0
-    # Preempt only if victim's remaining time (net of its resume cost) > (1 + margin) x the
-    # candidate's aged remaining time.
-    margin: float = 1.0
-    # Most times one job may be preempted.
-    max_preemptions: int = 2
-    # A job that outlives its prediction has it multiplied by this (ALISE doubles it).
-    demote_factor: float = 2.0
-    # Preempted jobs per executor whose KV cache may stay on the engine (ALISE's GPU job
-    # limit); the rest, by estimated wait time, are offloaded or dropped.
-    max_resident_jobs: int = 4
-    # True once kvstore exists: jobs over the resident limit are offloaded, not dropped.
-    offload: bool = False
-    # Seconds between reviews of aged priorities, estimated waits and KV residency when
-    # nothing else wakes the scheduler.
-    review_interval_s: float = 0.5
-
-
-class SCLSConfig(_Section, frozen=True):
-    """[policies.scls]: slice-level scheduling (SCLS)."""
-
-    # Most tokens one dispatch runs before the job returns to the pool (the slice S).
-    slice_tokens: int = 128
-    # The schedule interval T = max(interval_factor x least executor load, min_interval_s).
-    min_interval_s: float = 0.5
-    interval_factor: float = 0.5
-    # Memory estimate per executor, in KV tokens: a batch needs (input + slice) x size of
-    # them. 0 = no memory bound beyond scheduler.max_running.
-    kv_capacity_tokens: int = 0
-
-
-class PoliciesConfig(_Section, frozen=True):
-    """Per-policy parameters; only the section of the active policy is read."""
-
-    isrtf: ISRTFConfig = msgspec.field(default_factory=ISRTFConfig)
-    alise: ALISEConfig = msgspec.field(default_factory=ALISEConfig)
-    scls: SCLSConfig = msgspec.field(default_factory=SCLSConfig)
+if TYPE_CHECKING:  # a runtime-built type: mypy sees only the base, fields by getattr
+    PoliciesConfig = _Section
+else:
+    PoliciesConfig = _policies_section()
 
 
 class LimitsConfig(_Section, frozen=True):
@@ -367,8 +325,6 @@ def validate(config: Config, source: str) -> None:
             cost_model(config)
         except ConfigError as exc:
             problems.append(str(exc))
-    from policies import registry  # late: policies import daemon.core, not the reverse
-
     if config.scheduler.policy not in registry.names():
         problems.append(
             f"scheduler.policy {config.scheduler.policy!r} is not one of {registry.names()}"
@@ -377,24 +333,12 @@ def validate(config: Config, source: str) -> None:
         raise ConfigError(f"{source}: " + "; ".join(problems))
 
 
-def _policy_problems(p: PoliciesConfig) -> list[str]:
-    checks = [
-        (p.isrtf.window_tokens >= 1, "policies.isrtf.window_tokens must be >= 1"),
-        (p.isrtf.margin >= 0, "policies.isrtf.margin must be >= 0"),
-        (p.isrtf.max_preemptions >= 0, "policies.isrtf.max_preemptions must be >= 0"),
-        (p.isrtf.repredict_timeout_s > 0, "policies.isrtf.repredict_timeout_s must be > 0"),
-        (p.alise.age_threshold_s > 0, "policies.alise.age_threshold_s must be > 0"),
-        (p.alise.margin >= 0, "policies.alise.margin must be >= 0"),
-        (p.alise.max_preemptions >= 0, "policies.alise.max_preemptions must be >= 0"),
-        (p.alise.demote_factor > 1, "policies.alise.demote_factor must be > 1"),
-        (p.alise.max_resident_jobs >= 0, "policies.alise.max_resident_jobs must be >= 0"),
-        (p.alise.review_interval_s > 0, "policies.alise.review_interval_s must be > 0"),
-        (p.scls.slice_tokens >= 1, "policies.scls.slice_tokens must be >= 1"),
-        (p.scls.min_interval_s > 0, "policies.scls.min_interval_s must be > 0"),
-        (0 < p.scls.interval_factor <= 1, "policies.scls.interval_factor must be in (0, 1]"),
-        (p.scls.kv_capacity_tokens >= 0, "policies.scls.kv_capacity_tokens must be >= 0"),
-    ]
-    return [message for ok, message in checks if not ok]
+def _policy_problems(sections: msgspec.Struct) -> list[str]:
+    problems = []
+    for name in registry.sections():
+        params = getattr(sections, name)
+        problems += [f"policies.{name}.{problem}" for problem in params.problems()]
+    return problems
 
 
 def restart_only_changes(old: Config, new: Config) -> list[str]:

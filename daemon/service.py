@@ -15,9 +15,9 @@ from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.scheduler import Scheduler
 from daemon.executors.base import Executor
 from daemon.executors.supervisor import Supervisor
+from daemon.policysetup import make_policy
 from daemon.prediction import Predictions
 from daemon.tokenizer import Tokenizer
-from policies import registry
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Service:
         self.tokenizer = tokenizer
         self.executors = executors
         self.max_model_len = model_context_len(config)
-        self.scheduler = Scheduler(executors, registry.create(config.scheduler.policy, config),
+        self.scheduler = Scheduler(executors, make_policy(config),
                                    config.scheduler)
         self.predictions = Predictions(config.predictor, tokenizer.decode)
         self.scheduler.on_job_end.append(self.predictions.on_job_end)
@@ -125,7 +125,7 @@ class Service:
         """Adopt a reloaded tree whose restart-only sections equal the running ones."""
         keys = self._load_keys(config)  # the file's contents change live; may raise
         self.scheduler.reconfigure(config.scheduler,
-                                   registry.create(config.scheduler.policy, config))
+                                   make_policy(config))
         self.keys = keys
         self.config = config
 

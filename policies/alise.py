@@ -31,35 +31,63 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from daemon.config import ALISEConfig, Config, SimConfig
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, JobStatus, KVResidency
 from daemon.core.policy import DispatchContext, ExecutorView, Policy, class_rank
 from policies.alise_wait import Holder, estimate_waits, plan_residency, work_ahead
-from policies.common import pick_victim
+from policies.common import Params, failed, pick_victim
 
 _MIN_TIME_S = 1e-6  # log2 floor
+
+
+class ALISEParams(Params, frozen=True):
+    """[policies.alise]: priority on estimated remaining execution time (ALISE)."""
+
+    # Virtual aging: a waiting job's effective remaining time halves (it climbs one priority
+    # level) for every this many seconds it waits.
+    age_threshold_s: float = 30.0
+    # Preempt only if victim's remaining time (net of its resume cost) > (1 + margin) x the
+    # candidate's aged remaining time.
+    margin: float = 1.0
+    # Most times one job may be preempted.
+    max_preemptions: int = 2
+    # A job that outlives its prediction has it multiplied by this (ALISE doubles it).
+    demote_factor: float = 2.0
+    # Preempted jobs per executor whose KV cache may stay on the engine (ALISE's GPU job
+    # limit); the rest, by estimated wait time, are offloaded or dropped.
+    max_resident_jobs: int = 4
+    # True once kvstore exists: jobs over the resident limit are offloaded, not dropped.
+    offload: bool = False
+    # Seconds between reviews of aged priorities, estimated waits and KV residency when
+    # nothing else wakes the scheduler.
+    review_interval_s: float = 0.5
+
+    def problems(self) -> list[str]:
+        return failed([
+            (self.age_threshold_s > 0, "age_threshold_s must be > 0"),
+            (self.margin >= 0, "margin must be >= 0"),
+            (self.max_preemptions >= 0, "max_preemptions must be >= 0"),
+            (self.demote_factor > 1, "demote_factor must be > 1"),
+            (self.max_resident_jobs >= 0, "max_resident_jobs must be >= 0"),
+            (self.review_interval_s > 0, "review_interval_s must be > 0"),
+        ])
 
 
 class ALISE(Policy):
     name = "alise"
     preemptive = True
+    params_type = ALISEParams
+    params_section = "alise"
     window_tokens = 50  # re-prediction window: the one the shipped iterative model learned
 
-    def __init__(self, params: ALISEConfig | None = None, cost: CostModel | None = None,
-                 batch_hint: int = 4) -> None:
-        self.params = params or ALISEConfig()
-        self.cost = cost or CostModel.from_sim(SimConfig())
-        self.batch_hint = batch_hint  # jobs decoding together at load (scheduler.max_running)
+    def __init__(self, params: ALISEParams | None = None, cost: CostModel | None = None,
+                 max_running: int = 4) -> None:
+        super().__init__(params, cost, max_running)  # batch_hint: jobs decoding together
+        self.params = params or ALISEParams()
         self.max_preemptions = self.params.max_preemptions
         self.age_threshold_s = self.params.age_threshold_s
         self._next_review = -math.inf
         self._work_s: dict[str, float] = {}  # waiting job id -> T when it was keyed
-
-    @classmethod
-    def from_config(cls, config: Config) -> ALISE:
-        return cls(config.policies.alise, CostModel.from_sim(config.sim),
-                   config.scheduler.max_running)
 
     def remaining_s(self, job: Job) -> float:
         context = job.num_prompt_tokens + job.num_generated_tokens

@@ -1,10 +1,26 @@
-"""Pieces several policies share: class-aware victim choice."""
+"""Pieces several policies share: the parameter-section base, class-aware victim choice."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import msgspec
+
 from daemon.core.job import Job
+
+
+class Params(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A policy's own `[policies.NAME]` section. daemon.config collects every policy's type
+    through the registry, so a policy needs nothing from the daemon's config to define it."""
+
+    def problems(self) -> list[str]:
+        """What a type cannot check: each message starts with the key's name in the section
+        (the config prefixes `policies.NAME.`)."""
+        return []
+
+
+def failed(checks: Sequence[tuple[bool, str]]) -> list[str]:
+    return [message for ok, message in checks if not ok]
 
 Measure = Callable[[Job], float]  # bigger = more work left = better victim
 Beats = Callable[[Job, Job], bool]  # (candidate, victim) -> preempting pays

@@ -16,26 +16,48 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from daemon.config import Config, ISRTFConfig
+from daemon.core.costmodel import CostModel
 from daemon.core.job import Job
 from daemon.core.policy import Policy, class_rank
-from policies.common import pick_victim, true_remaining
+from policies.common import Params, failed, pick_victim, true_remaining
+
+
+class ISRTFParams(Params, frozen=True):
+    """[policies.isrtf]: iterative shortest remaining time first (ELIS), also oracle-srpt."""
+
+    # Remaining length is re-predicted every this many generated tokens (ELIS's window).
+    window_tokens: int = 50
+    # A waiting job preempts a running one only if the victim's predicted remaining tokens
+    # exceed (1 + margin) x the candidate's: preempt when it pays, not at every window.
+    margin: float = 1.0
+    # Most times one job may be preempted; bounds churn and every job's completion time.
+    max_preemptions: int = 2
+    # Seconds one batch of re-predictions may take before the old predictions are kept.
+    repredict_timeout_s: float = 1.0
+
+    def problems(self) -> list[str]:
+        return failed([
+            (self.window_tokens >= 1, "window_tokens must be >= 1"),
+            (self.margin >= 0, "margin must be >= 0"),
+            (self.max_preemptions >= 0, "max_preemptions must be >= 0"),
+            (self.repredict_timeout_s > 0, "repredict_timeout_s must be > 0"),
+        ])
 
 
 class ISRTF(Policy):
     name = "isrtf"
     preemptive = True
+    params_type = ISRTFParams
+    params_section = "isrtf"
 
-    def __init__(self, params: ISRTFConfig | None = None) -> None:
-        params = params or ISRTFConfig()
+    def __init__(self, params: ISRTFParams | None = None, cost: CostModel | None = None,
+                 max_running: int = 4) -> None:
+        super().__init__(params, cost, max_running)
+        params = params or ISRTFParams()
         self.window_tokens = params.window_tokens
         self.margin = params.margin
         self.max_preemptions = params.max_preemptions
         self.repredict_timeout_s = params.repredict_timeout_s
-
-    @classmethod
-    def from_config(cls, config: Config) -> ISRTF:
-        return cls(config.policies.isrtf)
 
     def order_key(self, job: Job) -> float:
         return self.remaining_tokens(job)

@@ -1,10 +1,16 @@
-"""Name -> policy class. The core never names a concrete policy; config does, through here."""
+"""Name -> policy class. The core never names a concrete policy; config does, through here.
+
+Each policy owns its parameter Struct (`params_type`, read from `[policies.SECTION]`);
+daemon.config collects them from `sections()`, so the dependency runs one way: the daemon's
+config imports the policies, the policies import only daemon.core.
+"""
 
 from __future__ import annotations
 
-from daemon.config import Config
+import msgspec
+
+from daemon.core.costmodel import CostModel
 from daemon.core.policy import Policy
-from daemon.costprofile import cost_model
 from policies.alise import ALISE
 from policies.fcfs import FCFS
 from policies.hrrn import HRRN
@@ -20,16 +26,25 @@ def names() -> list[str]:
     return sorted(_POLICIES)
 
 
-def create(name: str, config: Config | None = None) -> Policy:
-    """A fresh policy; its parameters come from `config` ([policies.*], [costmodel] or
-    [sim] for the cost model, [scheduler] for the batch size), or the defaults."""
+def policy_class(name: str) -> type[Policy]:
     try:
-        cls = _POLICIES[name]
+        return _POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; known: {names()}") from None
-    config = config or Config()
-    from_config = getattr(cls, "from_config", None)
-    policy = from_config(config) if from_config is not None else cls()
-    policy.cost = cost_model(config)
-    policy.batch_hint = config.scheduler.max_running
-    return policy
+
+
+def sections() -> dict[str, type[msgspec.Struct]]:
+    """`[policies.SECTION]` name -> its parameter Struct type, in registry order."""
+    found: dict[str, type[msgspec.Struct]] = {}
+    for cls in _POLICIES.values():
+        if cls.params_type is not None:
+            found.setdefault(cls.params_section, cls.params_type)
+    return found
+
+
+def create(name: str, params: msgspec.Struct | None = None, cost: CostModel | None = None,
+           max_running: int = 4) -> Policy:
+    """A fresh policy: `params` is its section (None: the defaults), `cost` the engine's
+    cost model (None: the generic one), `max_running` the jobs one executor runs at once.
+    daemon.policysetup.make_policy takes all three from a Config."""
+    return policy_class(name)(params, cost, max_running)

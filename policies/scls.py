@@ -1,68 +1,110 @@
-"""SCLS (2024): slice-level scheduling.
+"""SCLS (2024): slice-level scheduling, adapted to a continuous-batching engine.
 
-- Every dispatch runs at most `slice_tokens` (S, default 128) tokens; an unfinished job
+- Slices: a dispatch runs at most `slice_tokens` (S, default 128) tokens; an unfinished job
   returns to the pool and is rescheduled with new arrivals (its generated tokens become
-  part of its input, re-prefilled on resume, as in the paper).
-- At each schedule interval the unplanned jobs of the pool are sorted by input length and
+  part of its input, re-prefilled on resume, as in the paper). By default (`slicing =
+  "auto"`) only under a memory bound (`kv_capacity_tokens` > 0), where a slice caps each
+  job's KV so the batch estimate below holds: on a continuous-batching engine slices
+  otherwise add re-prefills and waits and lose to FCFS (measured: docs/policies.md).
+- At each schedule interval (and whenever a slot is free with nothing planned for it) the
+  oldest unplanned jobs, as many as there are free slots, are sorted by input length and
   split into batches by Algorithm 1 (policies.scls_batching.dp_batches), minimising the
   estimated serving time T_serve(N, L_i, S) under the memory estimate (L_i + S) * N <=
   `kv_capacity_tokens` and N <= scheduler.max_running.
 - Batches go to executors by max-min (longest batch to the least-loaded executor) and wait
-  in that executor's local queue, in order; an executor launches from its own queue as its
-  slots free. Load = estimated serving time of the batches queued or running there; a
-  job's share leaves the load when its slice ends (the paper subtracts a served batch).
+  in that executor's local queue. Load = estimated serving time of the batches queued or
+  running there; a job's share leaves the load when its slice ends (the paper subtracts a
+  served batch).
 - The interval adapts: T = max(interval_factor * least load, min_interval_s) (Eq. 12).
 
 Adaptations to continuous batching (the paper evaluates static batching, its §7 sketches
-this): a batch's jobs launch one by one as slots free rather than as one padded batch, and
-an executor whose slots are free and whose local queue is empty triggers planning at once
-instead of idling until the interval ends (work-conserving). Request classes are planned
-separately, the most urgent first. Pool order (for the core's aging) is arrival order.
+this): a batch decides where its jobs run, not when: they launch one by one as slots free,
+and each executor's local queue is in arrival order (no padding to save, so reordering by
+input length would only trade FCFS's tail for nothing). An executor with free slots and an
+empty local queue triggers planning at once instead of idling until the interval ends, and
+if still nothing is planned for it, takes the oldest job planned for a busy executor
+(work-conserving). Request classes are planned separately, the most urgent first. Pool
+order (for the core's aging) is arrival order. On one executor without a memory bound this
+is FCFS.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from itertools import groupby
+from typing import Literal
 
-from daemon.config import Config, SCLSConfig, SimConfig
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, JobStatus
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
+from policies.common import Params, failed
 from policies.scls_batching import dp_batches, max_min_assign, next_interval
 
 _Planned = tuple[Job, int]  # job, its num_dispatches when planned (stale once relaunched)
+
+
+class SCLSParams(Params, frozen=True):
+    """[policies.scls]: slice-level scheduling (SCLS)."""
+
+    # Most tokens one dispatch runs before the job returns to the pool (the slice S).
+    slice_tokens: int = 128
+    # When dispatches are cut into slices. "auto": only under a memory bound
+    # (kv_capacity_tokens > 0), where a slice caps each job's KV growth; on a continuous-
+    # batching engine slices otherwise only add re-prefills and waits (docs/policies.md has
+    # the figures). "always": the paper's rule. "never": whole jobs.
+    slicing: Literal["auto", "always", "never"] = "auto"
+    # The schedule interval T = max(interval_factor x least executor load, min_interval_s).
+    min_interval_s: float = 0.5
+    interval_factor: float = 0.5
+    # Memory estimate per executor, in KV tokens: a batch needs (input + slice) x size of
+    # them. 0 = no memory bound beyond scheduler.max_running.
+    kv_capacity_tokens: int = 0
+
+    def problems(self) -> list[str]:
+        return failed([
+            (self.slice_tokens >= 1, "slice_tokens must be >= 1"),
+            (self.min_interval_s > 0, "min_interval_s must be > 0"),
+            (0 < self.interval_factor <= 1, "interval_factor must be in (0, 1]"),
+            (self.kv_capacity_tokens >= 0, "kv_capacity_tokens must be >= 0"),
+        ])
+
+    @property
+    def sliced(self) -> bool:
+        return self.slicing == "always" or (self.slicing == "auto"
+                                            and self.kv_capacity_tokens > 0)
 
 
 def input_len(job: Job) -> int:
     return job.num_prompt_tokens + job.num_generated_tokens
 
 
+def _arrival(job: Job) -> tuple[int, float]:
+    return job.priority, job.arrival_time
+
+
 class SCLS(Policy):
     name = "scls"
+    params_type = SCLSParams
+    params_section = "scls"
 
-    def __init__(self, params: SCLSConfig | None = None, cost: CostModel | None = None,
-                 max_batch: int = 4) -> None:
-        self.params = params or SCLSConfig()
-        self.cost = cost or CostModel.from_sim(SimConfig())
-        self.max_batch = max_batch
+    def __init__(self, params: SCLSParams | None = None, cost: CostModel | None = None,
+                 max_running: int = 4) -> None:
+        super().__init__(params, cost, max_running)
+        self.params = params or SCLSParams()
+        self.max_batch = max_running
         self.interval_s = self.params.min_interval_s
         self._queues: dict[str, deque[_Planned]] = {}
         self._share_s: dict[str, float] = {}  # job id -> its share of its batch's T_serve
         self._next_plan = -math.inf
         self._planned_at = -math.inf  # round (loop time) of the last planning
 
-    @classmethod
-    def from_config(cls, config: Config) -> SCLS:
-        return cls(config.policies.scls, CostModel.from_sim(config.sim),
-                   config.scheduler.max_running)
-
     def order_key(self, job: Job) -> float:
         return job.arrival_time
 
     def token_budget(self, job: Job) -> int | None:
-        return self.params.slice_tokens
+        return self.params.slice_tokens if self.params.sliced else None
 
     def serve_s(self, size: int, length: int) -> float:
         return self.cost.batch_serve_s(size, length, self.params.slice_tokens)
@@ -83,9 +125,9 @@ class SCLS(Policy):
                 if job is not None:
                     return job, ex
             if attempt or self._planned_at == ctx.now:
-                return None
+                break
             self._plan(ctx)  # a free executor with nothing queued: plan now, do not idle
-        return None
+        return self._steal(ctx)
 
     def after_round(self, ctx: DispatchContext) -> float | None:
         if not len(ctx.waiting):
@@ -102,6 +144,21 @@ class SCLS(Policy):
                 return job
         return None
 
+    def _steal(self, ctx: DispatchContext) -> tuple[Job, ExecutorView] | None:
+        """A free executor with nothing planned takes the oldest job planned for a busy one:
+        the plan's balance is an estimate, an idle slot beside a queue is a certain loss."""
+        free = ctx.free_executors()
+        oldest: tuple[str, _Planned] | None = None
+        for name, queue in self._queues.items() if free else ():
+            entry = next((e for e in queue if e[0].num_dispatches == e[1]
+                          and e[0] in ctx.waiting), None)  # queues are in arrival order
+            if entry is not None and (oldest is None or _arrival(entry[0]) < _arrival(oldest[1][0])):
+                oldest = name, entry
+        if oldest is None:
+            return None
+        self._queues[oldest[0]].remove(oldest[1])
+        return oldest[1][0], min(free, key=lambda ex: len(ex.running))
+
     # ---- planning: batching, offloading, interval -----------------------------------------
 
     def _plan(self, ctx: DispatchContext) -> None:
@@ -110,11 +167,20 @@ class SCLS(Policy):
             self._queues[name] = deque((job, n) for job, n in queue
                                        if job.num_dispatches == n and job in ctx.waiting)
         planned = {job.job_id for queue in self._queues.values() for job, _ in queue}
-        fresh = sorted((job for job in ctx.waiting if job.job_id not in planned),
-                       key=lambda job: (job.priority, input_len(job)))
+        # Plan only the oldest jobs that can start now: a continuous-batching engine takes a
+        # job whenever a slot frees, so binding more of the pool to executors early only
+        # makes jobs wait behind a busy one while another frees (measured: docs/policies.md).
+        room = max(sum(ex.free_slots for ex in ctx.executors) - len(planned), 0)
+        unplanned = heapq.nsmallest(room, (job for job in ctx.waiting
+                                           if job.job_id not in planned), key=_arrival)
+        fresh = sorted(unplanned, key=lambda job: (job.priority, input_len(job)))
         loads = {ex.name: self._load(ex, ctx) for ex in ctx.executors}
         for _, group in groupby(fresh, key=lambda job: job.priority):
             self._plan_class(list(group), loads)
+        for name, queue in self._queues.items():
+            # Batches decide where jobs run; on a continuous-batching engine they launch one
+            # by one as slots free, so each executor takes its jobs in arrival order.
+            self._queues[name] = deque(sorted(queue, key=lambda e: _arrival(e[0])))
         live = planned | {job.job_id for job in fresh} | {j.job_id for j in ctx.running_jobs()}
         self._share_s = {k: v for k, v in self._share_s.items() if k in live}
         self.interval_s = next_interval(loads, self.params.interval_factor,

@@ -10,7 +10,6 @@ non-promoted job (and may preempt one that has more work left).
 
 from __future__ import annotations
 
-from daemon.config import Config
 from daemon.core.job import Job
 from daemon.core.policy import Policy, class_rank
 from policies.common import true_remaining
@@ -18,10 +17,6 @@ from policies.common import true_remaining
 
 class SSJF(Policy):
     name = "ssjf"
-
-    @classmethod
-    def from_config(cls, config: Config) -> SSJF:
-        return cls()
 
     def order_key(self, job: Job) -> float:
         return self.remaining_tokens(job)

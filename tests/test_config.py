@@ -7,6 +7,7 @@ import pytest
 
 from daemon import config
 from daemon.config import Config, ConfigError
+from daemon.policysetup import make_policy
 
 SHIPPED = Path(__file__).resolve().parents[1] / "etc" / "lengthwise.toml"
 
@@ -70,7 +71,7 @@ def test_costmodel_profile_drives_policies_and_a_bad_one_is_refused(tmp_path: Pa
     root = Path(__file__).resolve().parents[1]
     shipped = root / "bench" / "profiles" / "tiny-llama-cpu-stack.json"
     loaded = config.decode(f'[costmodel]\nprofile = "{shipped}"\n')
-    policy = registry.create("ssjf", loaded)
+    policy = make_policy(loaded, "ssjf")
     fitted = msgspec.json.decode(shipped.read_bytes())["sim"]
     assert policy.cost.decode_base_s == fitted["decode_base_s"]
     assert registry.create("ssjf").cost.decode_base_s == config.SimConfig().decode_base_s

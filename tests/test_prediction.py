@@ -14,7 +14,6 @@ import pytest_asyncio
 from daemon.config import (
     Config,
     EngineConfig,
-    ISRTFConfig,
     ModelConfig,
     PoliciesConfig,
     PredictorConfig,
@@ -23,6 +22,7 @@ from daemon.config import (
 from daemon.core.job import Job, SamplingSpec
 from daemon.http.app import build_app
 from daemon.service import Service
+from policies.isrtf import ISRTFParams
 
 MODEL = "smollm2-135m-instruct"
 ASK = [{"role": "user", "content": "Explain in detail how a hash table handles collisions."}]
@@ -34,7 +34,7 @@ def _config(model: Path, predictor: PredictorConfig, timeout_s: float = 1.0) -> 
     return Config(model=ModelConfig(path=str(model), max_model_len=512),
                   engine=EngineConfig(kind="sim", max_num_seqs=2),
                   scheduler=SchedulerConfig(policy="isrtf", max_running=2),
-                  policies=PoliciesConfig(isrtf=ISRTFConfig(repredict_timeout_s=timeout_s)),
+                  policies=PoliciesConfig(isrtf=ISRTFParams(repredict_timeout_s=timeout_s)),
                   predictor=predictor)
 
 

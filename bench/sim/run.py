@@ -24,7 +24,7 @@ from daemon.core.scheduler import Scheduler
 from daemon.executors.base import Executor
 from daemon.executors.sim import SimExecutor
 from daemon.executors.virtualclock import VirtualClockLoop
-from policies import registry
+from daemon.policysetup import make_policy
 
 
 class SimOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,7 +81,7 @@ async def start_scheduler(opts: SimOptions) -> tuple[Scheduler, list[Executor]]:
                            for i in range(opts.executors)]
     for ex in exs:
         await ex.start()
-    sched = Scheduler(exs, registry.create(config.scheduler.policy, config), config.scheduler)
+    sched = Scheduler(exs, make_policy(config), config.scheduler)
     if opts.iterative:
         sched.remaining_predictor = iterative_predictor(
             opts.iterative, config.policies.isrtf.window_tokens, opts.seed)

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+import msgspec
+
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job
 from daemon.core.waitqueue import WaitQueue
@@ -61,14 +63,25 @@ class Policy:
     max_preemptions: int | None = None
     # Seconds one batch of re-predictions (see on_checkpoint) may take.
     repredict_timeout_s: float = 1.0
-    # The engine's cost model and how many jobs decode together at load (max_running):
-    # the registry sets both from the config.
+    # The policy's own [policies.NAME] section (a Struct type it defines) and that NAME;
+    # None for a policy without parameters. Subclasses may share one (oracle-srpt: isrtf's).
+    params_type: ClassVar[type[msgspec.Struct] | None] = None
+    params_section: ClassVar[str] = ""
+    # The engine's cost model and how many jobs decode together at load (max_running);
+    # __init__ sets both (daemon.policysetup from the config).
     cost: CostModel = CostModel()
     batch_hint: int = 4
     # Factor the core learned between predicted and actual lengths (core/calibration.py),
     # and whether a request's budget caps its prediction ([scheduler] trust_budget).
     length_scale: float = 1.0
     trust_budget: bool = True
+
+    def __init__(self, params: msgspec.Struct | None = None, cost: CostModel | None = None,
+                 max_running: int = 4) -> None:
+        """params: an instance of params_type (None: its defaults); cost: the engine's cost
+        model (None: the generic one); max_running: jobs decoding together at load."""
+        self.cost = cost or CostModel()
+        self.batch_hint = max_running
 
     def remaining_tokens(self, job: Job) -> float:
         """Output tokens the job is expected to still generate, as this policy sees it."""

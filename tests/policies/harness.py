@@ -14,7 +14,7 @@ from daemon.core.scheduler import Scheduler
 from daemon.executors.base import Executor
 from daemon.executors.sim import SimExecutor, _prompt_seed
 from daemon.executors.virtualclock import VirtualClockLoop
-from policies import registry
+from daemon.policysetup import make_policy
 
 VOCAB = SimConfig().vocab_size
 
@@ -124,7 +124,7 @@ async def _run(config: Config, specs: Sequence[Spec], executors: int,
                                       problems) for i in range(executors)]
     for ex in exs:
         await ex.start()
-    sched = Scheduler(exs, registry.create(config.scheduler.policy, config), config.scheduler)
+    sched = Scheduler(exs, make_policy(config), config.scheduler)
     sched.remaining_predictor = predictor
     sched.accepting = True
     jobs = [make_job(i, spec) for i, spec in enumerate(specs)]
@@ -186,7 +186,7 @@ async def _abort_later(sched: Scheduler, job: Job, at_s: float) -> None:
 async def _reload_later(sched: Scheduler, at_s: float, config: Config,
                         done: list[float]) -> None:
     await asyncio.sleep(at_s)
-    sched.reconfigure(config.scheduler, registry.create(config.scheduler.policy, config))
+    sched.reconfigure(config.scheduler, make_policy(config))
     done.append(sched.now())
 
 

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.config import ALISEConfig, ISRTFConfig, PoliciesConfig, SCLSConfig
+from daemon.config import PoliciesConfig
 from daemon.core.job import Job, JobStatus
 from daemon.core.policy import DispatchContext
+from daemon.policysetup import make_policy
 from policies import registry
+from policies.alise import ALISEParams
 from policies.fcfs import FCFS
+from policies.isrtf import ISRTFParams
+from policies.scls import SCLSParams
 from tests.policies import harness
 from tests.policies.harness import Spec
 
 PROMOTE_AFTER_S = 1.0
 SHORT_SERVICE_S = 0.1  # upper bound on one 5-token job on the sim (prefill + 5 steps)
 LONG_SERVICE_S = 1.2  # upper bound on the 100-token job, resumes included
-PARAMS = PoliciesConfig(scls=SCLSConfig(slice_tokens=32, min_interval_s=0.05))
+PARAMS = PoliciesConfig(scls=SCLSParams(slice_tokens=32, min_interval_s=0.05))
 
 
 def starvation_workload() -> list[Spec]:
@@ -48,7 +52,7 @@ def test_waits_are_bounded_by_aging(policy: str) -> None:
     assert first.waited_s <= PROMOTE_AFTER_S + SHORT_SERVICE_S
     worst = max(d.waited_s for d in result.dispatches)
     assert worst <= fcfs_worst_wait() + PROMOTE_AFTER_S + LONG_SERVICE_S
-    assert long.num_preemptions <= (registry.create(policy, config).max_preemptions or 0)
+    assert long.num_preemptions <= (make_policy(config, policy).max_preemptions or 0)
 
 
 @pytest.mark.parametrize("policy", ["ssjf", "isrtf", "alise", "scls", "oracle-sjf"])
@@ -81,20 +85,21 @@ def test_without_aging_the_long_job_starves(policy: str) -> None:
 def test_alise_virtual_aging_preempts_without_any_event() -> None:
     """B (longer) waits behind A; nothing arrives or ends, yet B's aged priority overtakes
     A's remaining time and B preempts A: the policy's review timer drives the decision."""
-    params = PoliciesConfig(alise=ALISEConfig(age_threshold_s=0.3, review_interval_s=0.1))
+    params = PoliciesConfig(alise=ALISEParams(age_threshold_s=0.3, review_interval_s=0.1))
     config = harness.make_config("alise", max_running=1, policies=params)
     workload = [Spec(0.0, 40, 400, predicted=400.0), Spec(0.01, 40, 600, predicted=600.0)]
     result = harness.run(config, workload)
     a, b = result.jobs
     assert a.num_preemptions >= 1  # (A, aging in turn, may take its place back: bounded)
     assert (b.first_token_time or 0) < (a.finish_time or 0)
-    assert max(a.num_preemptions, b.num_preemptions) <= ALISEConfig().max_preemptions
+    assert max(a.num_preemptions, b.num_preemptions) <= ALISEParams().max_preemptions
 
 
 class _Counting(FCFS):
     """FCFS that asks for a round every second and counts the rounds it gets."""
 
-    def __init__(self) -> None:
+    def __init__(self, *args: object) -> None:
+        super().__init__()
         self.rounds: list[float] = []
 
     def after_round(self, ctx: DispatchContext) -> float | None:
@@ -103,12 +108,13 @@ class _Counting(FCFS):
 
 
 def test_policy_wakeups_drive_rounds_with_no_events() -> None:
-    policy = _Counting()
-    harness.registry._POLICIES["counting"] = lambda: policy  # type: ignore[assignment]
+    registry._POLICIES["counting"] = _Counting
     try:
         result = harness.run(harness.make_config("counting"), [Spec(0.0, 10, 700)])
     finally:
-        del harness.registry._POLICIES["counting"]
+        del registry._POLICIES["counting"]
+    policy = result.scheduler.policy
+    assert isinstance(policy, _Counting)
     timed = [t for t in policy.rounds if 0.5 < t < 5.5]
     assert [round(t) for t in timed] == [1, 2, 3, 4, 5]
     assert result.drained
@@ -117,7 +123,7 @@ def test_policy_wakeups_drive_rounds_with_no_events() -> None:
 def test_aging_counts_total_wait_across_preemptions_and_protects_promoted_jobs() -> None:
     """A long job preempted again and again by short arrivals accumulates its waits; once
     they add up to the threshold it is promoted and never preempted again."""
-    params = PoliciesConfig(isrtf=ISRTFConfig(max_preemptions=50))
+    params = PoliciesConfig(isrtf=ISRTFParams(max_preemptions=50))
     config = harness.make_config("isrtf", max_running=1, promote_after_s=0.5,
                                  policies=params)
     workload = [Spec(0.0, 30, 600, predicted=600.0)]

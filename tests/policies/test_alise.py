@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from daemon.config import ALISEConfig, PoliciesConfig, SimConfig
+from daemon.config import PoliciesConfig, SimConfig
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, JobStatus, KVResidency
-from policies.alise import ALISE
+from policies.alise import ALISE, ALISEParams
 from policies.alise_wait import Holder, estimate_waits, plan_residency, work_ahead
 from tests.policies import harness
 from tests.policies.fakes import FakeExecutor, context, job
@@ -21,7 +21,7 @@ COST = CostModel.from_sim(SimConfig())
 
 
 def test_remaining_time_is_prefill_plus_decode() -> None:
-    policy = ALISE(ALISEConfig(), COST, batch_hint=4)
+    policy = ALISE(ALISEParams(), COST, max_running=4)
     waiting = job("w", prompt=500, predicted=100.0)
     running = job("r", prompt=500, predicted=100.0, status=JobStatus.RUNNING)
     decode = COST.decode_share_s(500, 100, 4)
@@ -37,7 +37,7 @@ def test_remaining_time_is_prefill_plus_decode() -> None:
 def test_virtual_aging_key_halves_time_per_threshold() -> None:
     """A job that waited two thresholds longer ranks as if its time were a quarter: the
     static heap key gives the same order as aged levels would at any later instant."""
-    policy = ALISE(ALISEConfig(age_threshold_s=10.0), COST)
+    policy = ALISE(ALISEParams(age_threshold_s=10.0), COST)
     fresh = job("a", predicted=50.0, enqueue=100.0)
     old = job("b", predicted=400.0, enqueue=80.0)
     t_fresh, t_old = policy.remaining_s(fresh), policy.remaining_s(old)
@@ -53,7 +53,7 @@ def test_outliving_the_prediction_demotes_and_doubles() -> None:
     workload = [Spec(0.0, 40, 35, predicted=10.0)]
     result = harness.run(harness.make_config("alise", max_running=1), workload)
     assert result.jobs[0].predicted_output_tokens == 40.0  # 10 -> 20 -> 40
-    policy = ALISE(ALISEConfig(demote_factor=3.0), COST)
+    policy = ALISE(ALISEParams(demote_factor=3.0), COST)
     running = job("r", predicted=10.0, generated=11, status=JobStatus.RUNNING)
     assert policy.next_checkpoint(job("f", predicted=10.0)) == 11
     assert policy.on_checkpoint(running, 0.0) is True  # asks; without a predictor, a no-op
@@ -62,7 +62,7 @@ def test_outliving_the_prediction_demotes_and_doubles() -> None:
 
 
 def test_repredicts_every_window_and_the_answer_replaces_doubling() -> None:
-    policy = ALISE(ALISEConfig(), COST)
+    policy = ALISE(ALISEParams(), COST)
     assert policy.next_checkpoint(job("a", predicted=500.0, generated=60)) == 100
     asked: list[int] = []
 
@@ -81,7 +81,7 @@ def test_repredicts_every_window_and_the_answer_replaces_doubling() -> None:
 
 
 def test_preemption_counts_the_victims_resume_cost() -> None:
-    policy = ALISE(ALISEConfig(margin=0.0), COST)
+    policy = ALISE(ALISEParams(margin=0.0), COST)
     candidate = job("c", prompt=10, predicted=120.0)
     victim = job("v", prompt=10, predicted=500.0, generated=100, status=JobStatus.RUNNING)
     assert policy.choose_victim(candidate, [victim], now=0.0) is victim
@@ -125,14 +125,14 @@ def test_residency_keeps_up_to_the_limit_per_executor() -> None:
 
 
 def test_review_sets_ewt_and_residency_and_placement_follows_kept_kv() -> None:
-    policy = ALISE(ALISEConfig(max_resident_jobs=1), COST)
+    policy = ALISE(ALISEParams(max_resident_jobs=1), COST)
     preempted = [job(f"p{i}", predicted=80.0 + i, generated=20, executor="sim1", dispatches=1)
                  for i in range(2)]
     fresh = job("f", predicted=30.0)
     ex0 = FakeExecutor("sim0", max_running=1).admit(job("r", predicted=500.0))
     ex1 = FakeExecutor("sim1", max_running=1)
     ctx = context(policy, [*preempted, fresh], [ex0, ex1], now=1.0, promote_after_s=60.0)
-    assert policy.after_round(ctx) == pytest.approx(1.0 + ALISEConfig().review_interval_s)
+    assert policy.after_round(ctx) == pytest.approx(1.0 + ALISEParams().review_interval_s)
     assert all(j.estimated_wait_s is not None for j in preempted)
     assert [j.kv_residency for j in preempted] == [KVResidency.KEEP, KVResidency.DROP]
     assert fresh.kv_residency is None and fresh.estimated_wait_s is None  # holds no KV
@@ -143,7 +143,7 @@ def test_review_sets_ewt_and_residency_and_placement_follows_kept_kv() -> None:
 
 
 def test_alise_runs_in_the_sim_with_residency_advice() -> None:
-    params = PoliciesConfig(alise=ALISEConfig(max_resident_jobs=1, review_interval_s=0.05))
+    params = PoliciesConfig(alise=ALISEParams(max_resident_jobs=1, review_interval_s=0.05))
     workload = [Spec(0.02 * i, 50, 40 + 60 * (i % 5), predicted=40.0 + 60 * (i % 5))
                 for i in range(30)]
     result = harness.run(harness.make_config("alise", max_running=2, policies=params),

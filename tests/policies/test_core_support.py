@@ -3,6 +3,8 @@ multi-executor placement, and robustness against a misbehaving policy."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -10,10 +12,14 @@ import pytest
 
 from daemon.config import ConfigError, PoliciesConfig, decode
 from daemon.core.job import Job, JobStatus
-from daemon.core.policy import DispatchContext, ExecutorView, Policy, class_rank
+from daemon.core.policy import DispatchContext, ExecutorView, class_rank
 from daemon.core.waitqueue import WaitQueue
+from daemon.policysetup import make_policy
 from policies import registry
+from policies.alise import ALISEParams
 from policies.fcfs import FCFS
+from policies.isrtf import ISRTFParams
+from policies.scls import SCLSParams
 from policies.ssjf import SSJF
 from tests.policies import harness
 from tests.policies.fakes import FakeExecutor, job
@@ -54,13 +60,27 @@ def test_policy_sections_decode_validate_and_are_all_documented() -> None:
         decode("[policies.isrtf]\nwindow_tokens = 0\n")
     with pytest.raises(ConfigError, match="bogus"):
         decode("[policies.alise]\nbogus = 1\n")
+    with pytest.raises(ConfigError, match=r"policies.alise.demote_factor must be > 1; "
+                       r"policies.scls.interval_factor must be in \(0, 1\]"):
+        decode("[policies.alise]\ndemote_factor = 1\n[policies.scls]\ninterval_factor = 0\n")
+    with pytest.raises(ConfigError, match="slicing"):
+        decode('[policies.scls]\nslicing = "sometimes"\n')
+
+
+def test_policies_own_their_sections_and_never_import_the_daemon_config() -> None:
+    sections = registry.sections()
+    assert sections == {"isrtf": ISRTFParams, "alise": ALISEParams, "scls": SCLSParams}
+    assert {f.name: f.type for f in msgspec.structs.fields(PoliciesConfig)} == sections
+    code = ("import sys, policies.registry, policies.ssjf; "
+            "sys.exit('daemon.config' in sys.modules or 'daemon.costprofile' in sys.modules)")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
 def test_registry_builds_every_policy_from_config() -> None:
     assert registry.names() == sorted(
         ["fcfs", "ssjf", "hrrn", "isrtf", "alise", "scls", "oracle-sjf", "oracle-srpt"])
     config = decode('[policies.isrtf]\nmax_preemptions = 5\n[scheduler]\npolicy = "isrtf"\n')
-    assert registry.create("isrtf", config).max_preemptions == 5
+    assert make_policy(config, "isrtf").max_preemptions == 5
     for name in registry.names():
         assert registry.create(name).name == name
     with pytest.raises(ValueError, match="unknown policy"):
@@ -102,14 +122,13 @@ class _Broken(FCFS):
 
 
 def test_a_misbehaving_policy_loses_no_job() -> None:
-    broken: Policy = _Broken()
-    harness.registry._POLICIES["broken"] = lambda: broken  # type: ignore[assignment]
+    registry._POLICIES["broken"] = _Broken
     try:
         workload = [Spec(0.0, 10, 20), Spec(0.5, 10, 20), Spec(1.0, 10, 20)]
         config = harness.make_config("broken", max_running=1, promote_after_s=2.0)
         result = harness.run(config, workload)
     finally:
-        del harness.registry._POLICIES["broken"]
+        del registry._POLICIES["broken"]
     # j001's bogus placement is refused; aging later launches it anyway.
     assert all(j.status is JobStatus.FINISHED for j in result.jobs)
     assert all(len(j.generated_token_ids) == 20 for j in result.jobs)

@@ -7,16 +7,16 @@ from collections.abc import Sequence
 
 import pytest
 
-from daemon.config import ISRTFConfig, PoliciesConfig
+from daemon.config import PoliciesConfig
 from daemon.core.job import Job, JobStatus
-from policies.isrtf import ISRTF, OracleSRPT
+from policies.isrtf import ISRTF, ISRTFParams, OracleSRPT
 from tests.policies import harness
 from tests.policies.fakes import job
 from tests.policies.harness import Spec
 
 
 def config(window: int = 10, **kw: float) -> harness.Config:
-    params = PoliciesConfig(isrtf=ISRTFConfig(window_tokens=window, **kw))  # type: ignore[arg-type]
+    params = PoliciesConfig(isrtf=ISRTFParams(window_tokens=window, **kw))  # type: ignore[arg-type]
     return harness.make_config("isrtf", max_running=2, policies=params)
 
 
@@ -47,7 +47,7 @@ def test_simultaneous_checkpoints_share_one_batch() -> None:
         return [100.0] * len(jobs)
 
     workload = [Spec(0.0, 30, 80, predicted=80.0) for _ in range(4)]
-    params = PoliciesConfig(isrtf=ISRTFConfig(window_tokens=10))
+    params = PoliciesConfig(isrtf=ISRTFParams(window_tokens=10))
     harness.run(harness.make_config("isrtf", max_running=4, policies=params), workload,
                 predictor=predictor)
     assert sizes == [4] * 7  # 4 jobs x 7 windows (10..70 of 80 tokens), 7 calls
@@ -71,7 +71,7 @@ def test_a_failing_predictor_keeps_old_predictions_and_loses_no_job(behaviour: s
 
 
 def test_victim_choice_margin_and_classes() -> None:
-    policy = ISRTF(ISRTFConfig(margin=0.5))
+    policy = ISRTF(ISRTFParams(margin=0.5))
     cand = job("c", predicted=100.0)
     long = job("l", predicted=400.0, generated=100, status=JobStatus.RUNNING)  # 300 left
     short = job("s", predicted=140.0, status=JobStatus.RUNNING)
@@ -94,7 +94,7 @@ def test_oracle_srpt_uses_the_truth_and_needs_no_windows() -> None:
 def test_preemptions_per_job_are_bounded(bound: int) -> None:
     """A long job meets a stream of much shorter ones: it is preempted exactly `bound`
     times, then runs to its end however many shorter jobs arrive."""
-    params = PoliciesConfig(isrtf=ISRTFConfig(max_preemptions=bound))
+    params = PoliciesConfig(isrtf=ISRTFParams(max_preemptions=bound))
     workload = [Spec(0.0, 30, 600, predicted=600.0)]
     workload += [Spec(0.3 * (i + 1), 30, 10, predicted=10.0) for i in range(20)]
     result = harness.run(harness.make_config("isrtf", max_running=1, policies=params),

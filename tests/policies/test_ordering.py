@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.config import ISRTFConfig, PoliciesConfig
+from daemon.config import PoliciesConfig
+from policies.isrtf import ISRTFParams
 from tests.policies import harness
 from tests.policies.harness import Spec
 
@@ -82,7 +83,7 @@ def test_isrtf_margin_decides_preemption() -> None:
     """A newcomer with 100 tokens vs a runner with ~190 left: preempts at margin 0.5, not 1.0."""
     workload = [Spec(0.0, 40, 200, predicted=200.0), Spec(0.1, 40, 100, predicted=100.0)]
     for margin, preempted in [(0.5, 1), (1.0, 0)]:
-        params = PoliciesConfig(isrtf=ISRTFConfig(margin=margin))
+        params = PoliciesConfig(isrtf=ISRTFParams(margin=margin))
         result = harness.run(harness.make_config("isrtf", max_running=1, policies=params),
                              workload)
         assert result.jobs[0].num_preemptions == preempted, margin
@@ -92,7 +93,7 @@ def test_isrtf_follows_reprediction_not_first_guess() -> None:
     """The first guess says the runner is short; re-prediction at its first window reveals
     it is long, and a waiting short job takes its place (SRPT on the iterative estimate)."""
     workload = [Spec(0.0, 40, 400, predicted=5.0), Spec(0.05, 40, 30, predicted=30.0)]
-    params = PoliciesConfig(isrtf=ISRTFConfig(window_tokens=10))
+    params = PoliciesConfig(isrtf=ISRTFParams(window_tokens=10))
     config = harness.make_config("isrtf", max_running=1, policies=params)
     blind = harness.run(config, workload)
     assert blind.by_finish() == [blind.jobs[0].job_id, blind.jobs[1].job_id]

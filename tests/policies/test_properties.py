@@ -8,9 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.config import ALISEConfig, ISRTFConfig, PoliciesConfig, SCLSConfig
+from daemon.config import PoliciesConfig
 from daemon.core.job import JobStatus
+from daemon.policysetup import make_policy
 from policies import registry
+from policies.alise import ALISEParams
+from policies.isrtf import ISRTFParams
+from policies.scls import SCLSParams
 from tests.policies import harness
 from tests.policies.harness import Result, Spec
 
@@ -29,12 +33,12 @@ specs = st.builds(
 
 policy_params = st.builds(
     PoliciesConfig,
-    isrtf=st.builds(ISRTFConfig, window_tokens=st.integers(1, 30),
+    isrtf=st.builds(ISRTFParams, window_tokens=st.integers(1, 30),
                     margin=st.floats(0.0, 2.0), max_preemptions=st.integers(0, 3)),
-    alise=st.builds(ALISEConfig, age_threshold_s=st.floats(0.05, 20.0),
+    alise=st.builds(ALISEParams, age_threshold_s=st.floats(0.05, 20.0),
                     margin=st.floats(0.0, 2.0), max_preemptions=st.integers(0, 3),
                     max_resident_jobs=st.integers(0, 2), review_interval_s=st.floats(0.05, 1.0)),
-    scls=st.builds(SCLSConfig, slice_tokens=st.integers(1, 64),
+    scls=st.builds(SCLSParams, slice_tokens=st.integers(1, 64),
                    min_interval_s=st.floats(0.01, 1.0), kv_capacity_tokens=st.integers(0, 800)),
 )
 
@@ -43,7 +47,7 @@ settings_ = settings(max_examples=40, deadline=None, derandomize=True,
 
 
 def preemption_bound(name: str, params: PoliciesConfig) -> int:
-    policy = registry.create(name, harness.make_config(name, policies=params))
+    policy = make_policy(harness.make_config(name, policies=params), name)
     return (policy.max_preemptions or 0) if policy.preemptive else 0
 
 

@@ -1,0 +1,18 @@
+"""A policy built from a Config: its `[policies.*]` section, the engine's cost model
+(`[costmodel]` or `[sim]`) and `scheduler.max_running`. The policies themselves never see
+the Config (they import only daemon.core)."""
+
+from __future__ import annotations
+
+from daemon.config import Config
+from daemon.core.policy import Policy
+from daemon.costprofile import cost_model
+from policies import registry
+
+
+def make_policy(config: Config, name: str | None = None) -> Policy:
+    """Policy `name` (default: scheduler.policy) with the config's parameters for it."""
+    name = name or config.scheduler.policy
+    section = registry.policy_class(name).params_section
+    params = getattr(config.policies, section) if section else None
+    return registry.create(name, params, cost_model(config), config.scheduler.max_running)

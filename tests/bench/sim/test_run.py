@@ -141,15 +141,18 @@ def test_validate_replays_the_runs_workload(tmp_path: Path) -> None:
     assert plot.stat().st_size > 0
 
 
-def test_natural_budgets_keep_the_truth_from_predicted_policies() -> None:
-    """The core caps a prediction by the job's budget: with forced budgets (max_tokens =
-    true length) a too-long prediction turns ssjf into oracle SJF; with natural stops the
-    budget is the context room and ssjf sees only its (here useless, constant) prediction."""
+def test_budgets_keep_the_truth_from_predicted_policies() -> None:
+    """A too-long prediction with forced budgets (max_tokens = true length) would turn ssjf
+    into oracle SJF through the core's budget cap; the simulator turns the cap off there
+    (scheduler.trust_budget = false), and with natural stops the budget is the context room:
+    either way ssjf sees only its (here useless, constant) prediction, i.e. runs as FCFS."""
     reqs = _long_then_short()
     flat = [1000.0] * len(reqs)  # longer than every true length
     mean = lambda rs: sum(r.jct_s for r in rs) / len(rs)
     fcfs = mean(simulate(reqs, flat, _opts("fcfs", max_running=1)).results)
     forced = mean(simulate(reqs, flat, _opts("ssjf", max_running=1)).results)
     natural = mean(simulate(reqs, flat, _opts("ssjf", max_running=1, natural=True)).results)
-    assert forced < 0.5 * fcfs  # the leak: SJF on the truth
+    oracle = mean(simulate(reqs, flat, _opts("oracle-sjf", max_running=1)).results)
+    assert oracle < 0.5 * fcfs  # what the leak would have handed ssjf
+    assert forced == pytest.approx(fcfs)
     assert natural == pytest.approx(fcfs)

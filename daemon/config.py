@@ -129,6 +129,8 @@ class SchedulerConfig(_Section, frozen=True):
     max_running: int = 4
     # Waiting jobs beyond this are refused with 429.
     max_waiting: int = 1024
+    # Executor for a job: by predicted outstanding work, or as routers do (benchmarks).
+    placement: Literal["predicted", "least_queue", "round_robin"] = "predicted"
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
 

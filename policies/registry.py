@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from daemon.config import Config
+from daemon.core import placement
 from daemon.core.policy import Policy
 from daemon.costprofile import cost_model
 from policies.alise import ALISE
@@ -31,4 +32,5 @@ def create(name: str, config: Config | None = None) -> Policy:
     policy = from_config(config) if from_config is not None else cls()
     policy.cost = cost_model(config)
     policy.batch_hint = config.scheduler.max_running
+    policy.placement = placement.make(config.scheduler.placement)
     return policy

@@ -4,8 +4,10 @@
 
 Default: the 13B roofline profile (64 slots per executor, its max_num_seqs), the Azure
 conversation trace for arrivals and lengths, ssjf with noisy-oracle predictions (sigma
-0.8), 0.9 load per executor (one executor's capacity is measured first), 150 requests per
-executor (at most --max-num per run): every size simulates about the same span of time.
+0.8), 0.9 load per executor (one executor's capacity is measured first, on the first
+--calibrate-num requests). Every size serves the same --num requests (one window of the
+trace), their arrival times rescaled to N x the per-executor rate: sizes differ only in
+the fleet, and a larger fleet simulates a shorter span.
 """
 
 from __future__ import annotations
@@ -48,8 +50,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="offered rate per executor as a share of one executor's capacity")
     p.add_argument("--per-executor-rate", type=float, default=None,
                    help="req/s per executor (skips measuring the capacity)")
-    p.add_argument("--per-executor-num", type=int, default=150, help="requests per executor")
-    p.add_argument("--max-num", type=int, default=12000, help="most requests in one run")
     p.add_argument("--calibrate-num", type=int, default=600,
                    help="backlog that measures one executor's capacity")
     p.add_argument("--predictor", default="noisy-oracle:0.8", help=PREDICTORS)
@@ -60,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     workload.add_arguments(p)
     trace = f"trace:{AZURE_CONV}"
     p.set_defaults(func=run_fleet, arrivals=trace, lengths=trace, max_input=3072,
-                   max_model_len=4096, profile=ROOFLINE, policy="ssjf",
+                   max_model_len=4096, profile=ROOFLINE, policy="ssjf", num=4800,
                    max_running=costfile.load(ROOFLINE).max_num_seqs)
 
 
@@ -69,12 +69,10 @@ def _options(args: argparse.Namespace, config: Config, executors: int) -> SimOpt
                       max_model_len=args.max_model_len, seed=args.seed)
 
 
-def _requests(args: argparse.Namespace, num: int, rate: float
-              ) -> tuple[list[workload.Request], list[float | None]]:
-    """`num` requests at `rate` and their predictions; prompt texts are dropped afterwards
+def _requests(args: argparse.Namespace) -> tuple[list[workload.Request], list[float | None]]:
+    """The requests at 1 req/s and their predictions; prompt texts are dropped afterwards
     (the simulator needs only token counts, and the requests are pickled to the workers)."""
-    spec = msgspec.structs.replace(workload.spec_from_args(args, rate=rate), num=num)
-    requests = workload.build(spec)
+    requests = workload.build(workload.spec_from_args(args, rate=1.0))
     preds = predictions(requests, args.predictor, args.seed)
     return [msgspec.structs.replace(r, messages=[]) for r in requests], preds
 
@@ -91,19 +89,18 @@ def run_fleet(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"lengthwise bench fleet: {exc}", file=sys.stderr)
         return 2
+    requests, preds = _requests(args)
     rate = args.per_executor_rate
     capacity = float("nan")
     if rate is None:
-        backlog = _requests(args, args.calibrate_num, 1.0)[0]
-        capacity = capacity_rps(backlog, _options(args, config, 1))
+        capacity = capacity_rps(requests[:args.calibrate_num], _options(args, config, 1))
         rate = args.load * capacity
         print(f"one executor serves {capacity:.3g} req/s under a backlog: {rate:.3g} req/s "
               f"per executor is load {args.load:g}", file=sys.stderr)
     jobs = []
-    for n in sorted(args.sizes, reverse=True):  # the longest runs start first
-        num = min(n * args.per_executor_num, args.max_num)
-        requests, preds = _requests(args, num, n * rate)
-        jobs += [(binding, placement, n * rate, requests, preds, _options(args, config, n))
+    for n in sorted(args.sizes, reverse=True):  # the costliest runs start first
+        at_rate = workload.at_rate(requests, 1.0, n * rate)
+        jobs += [(binding, placement, n * rate, at_rate, preds, _options(args, config, n))
                  for binding in bindings for placement in placements]
     points: list[FleetPoint] = run_pool(run_point, jobs, args.workers, desc="fleet runs")
     res = report.FleetResults(

@@ -46,14 +46,15 @@ def vs_baseline(points: Sequence[FleetPoint]) -> dict[tuple[int, str], float]:
             / base.get((p.executors, p.binding), math.nan) for p in points}
 
 
-def saturation_size(points: Sequence[FleetPoint], label: str) -> tuple[float, float]:
-    """(N where one daemon's decision rounds would take a whole core, exponent b) from a fit
-    of dispatcher_busy = a N^b over the measured sizes; (nan, nan) with fewer than 2 sizes."""
-    pts = [p for p in points if p.label == label and p.dispatcher_busy > 0]
+def saturation_size(points: Sequence[FleetPoint], label: str, share: str = "dispatcher_busy"
+                    ) -> tuple[float, float]:
+    """(N where `share` (CPU s per simulated s) would reach one whole core, exponent b) from
+    a fit of share = a N^b over the measured sizes; (nan, nan) with fewer than 2 sizes."""
+    pts = [p for p in points if p.label == label and getattr(p, share) > 0]
     if len({p.executors for p in pts}) < 2:
         return math.nan, math.nan
     b, log_a = np.polyfit(np.log([p.executors for p in pts]),
-                          np.log([p.dispatcher_busy for p in pts]), 1)
+                          np.log([getattr(p, share) for p in pts]), 1)
     return float(math.exp(-log_a / b)) if b > 0 else math.inf, float(b)
 
 
@@ -62,7 +63,7 @@ def table(res: FleetResults) -> str:
     head = ("| executors | binding:placement | offered req/s | req/s | out tok/s | vs linear "
             "| mean JCT s | p99 JCT s | mean TTFT s | p99 TTFT s | mean JCT vs least_queue "
             "| rounds/sim s | CPU µs/round mean (p99) | dispatcher busy | sim wall s "
-            "| wall s/sim s |")
+            "| sim CPU s/sim s |")
     lines = [head, "|" + "---|" * 16]
     for p in sorted(res.points, key=lambda q: (q.executors, q.label)):
         s, key = p.summary, (p.executors, p.label)
@@ -72,7 +73,7 @@ def table(res: FleetResults) -> str:
             f"| {s.mean_ttft:.2f} | {s.p99_ttft:.2f} | {rel[key]:.2f}x "
             f"| {p.rounds / p.virtual_s:.0f} | {p.round_cpu_mean_us:.0f} "
             f"({p.round_cpu_p99_us:.0f}) | {100 * p.dispatcher_busy:.2f} % "
-            f"| {p.wall_s:.1f} | {p.wall_per_virtual_s:.3f} |")
+            f"| {p.wall_s:.1f} | {p.cpu_per_virtual_s:.3f} |")
     return "\n".join(lines)
 
 
@@ -84,11 +85,14 @@ def title(res: FleetResults) -> str:
 
 def summary_lines(res: FleetResults) -> list[str]:
     lines = []
+    what = (("dispatcher_busy", "its decision rounds"),
+            ("cpu_per_virtual_s", "the whole simulation (core, policy, token path, engines)"))
     for label in sorted({p.label for p in res.points}):
-        n, b = saturation_size(res.points, label)
-        where = f"~{n:.0f}" if n < 1e5 else "over 100,000"
-        lines.append(f"{label}: one daemon's decision rounds would fill one core at {where} "
-                     f"executors (CPU share ~ N^{b:.2f}, fitted over the sizes run)")
+        for share, name in what:
+            n, b = saturation_size(res.points, label, share)
+            where = f"~{n:.0f}" if n < 1e5 else "over 100,000"
+            lines.append(f"{label}: {name} would fill one core at {where} executors per "
+                         f"daemon (CPU ~ N^{b:.2f}, fitted over the sizes run)")
     return lines
 
 

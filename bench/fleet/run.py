@@ -28,6 +28,7 @@ class FleetPoint(msgspec.Struct, kw_only=True):
     steady_tps: float  # their output tokens per second
     virtual_s: float  # simulated seconds: first arrival to last completion
     wall_s: float  # the simulation's wall time, in its worker
+    cpu_s: float  # its CPU time: core, policy, executors' token path, simulated engines
     rounds: int  # decision rounds (Scheduler.dispatch calls)
     round_cpu_mean_us: float  # thread CPU time per round
     round_cpu_p99_us: float
@@ -38,8 +39,13 @@ class FleetPoint(msgspec.Struct, kw_only=True):
         return f"{self.binding}:{self.placement}"
 
     @property
-    def wall_per_virtual_s(self) -> float:
-        return self.wall_s / self.virtual_s if self.virtual_s else float("nan")
+    def daemons(self) -> int:
+        return self.executors if self.binding == "router" else 1
+
+    @property
+    def cpu_per_virtual_s(self) -> float:
+        """Simulation CPU s per simulated s, per daemon."""
+        return self.cpu_s / self.virtual_s / self.daemons if self.virtual_s else float("nan")
 
 
 def with_placement(config: Config, placement: str) -> Config:
@@ -67,7 +73,7 @@ def run_point(binding: str, placement: str, offered_rps: float,
         executors=opts.executors, binding=binding, placement=placement,
         offered_rps=offered_rps,
         summary=summarize(run.results), steady_rps=rps, steady_tps=tps,
-        virtual_s=virtual, wall_s=run.wall_s,
+        virtual_s=virtual, wall_s=run.wall_s, cpu_s=run.cpu_s,
         rounds=len(cpu), round_cpu_mean_us=float(cpu.mean()) if len(cpu) else 0.0,
         round_cpu_p99_us=float(np.percentile(cpu, 99)) if len(cpu) else 0.0,
         dispatcher_busy=float(cpu.sum()) / 1e6 / virtual / daemons if virtual else 0.0)

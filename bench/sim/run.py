@@ -49,6 +49,7 @@ class SimRun(msgspec.Struct, kw_only=True):
     budget_yields: int  # dispatches that ran out of their token budget (SCLS slices)
     repredictions: int
     wall_s: float
+    cpu_s: float = 0.0  # process CPU time of the run (robust to other processes' load)
     rounds: list[tuple[int, float, float]] = []  # (waiting jobs, wall s, CPU s) per round
 
 
@@ -119,7 +120,7 @@ async def stop(sched: Scheduler, task: asyncio.Task[None], exs: Sequence[Executo
 
 async def _simulate(requests: Sequence[workload.Request], preds: Sequence[float | None],
                     opts: SimOptions) -> SimRun:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     each = msgspec.structs.replace(opts, executors=1) if opts.router else opts
     daemons = [await start_scheduler(each) for _ in range(opts.executors if opts.router else 1)]
     scheds = [sched for sched, _ in daemons]
@@ -144,7 +145,8 @@ async def _simulate(requests: Sequence[workload.Request], preds: Sequence[float 
                   preemptions=sum(s.preemptions for s in stats),
                   budget_yields=sum(s.budget_yields for s in stats),
                   repredictions=sum(sched.repredictor.jobs for sched in scheds),
-                  wall_s=time.perf_counter() - started, rounds=rounds)
+                  wall_s=time.perf_counter() - started,
+                  cpu_s=time.process_time() - cpu, rounds=rounds)
 
 
 def _result(req: workload.Request, job: Job) -> RequestResult:

@@ -46,7 +46,7 @@ def test_fleet_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         f'{{"prompt": "p{i}", "output_tokens": {120 if i % 6 == 0 else 15}}}'
         for i in range(80)))
     out = tmp_path / "fleet"
-    argv = ["fleet", "--sizes", "1,2", "--per-executor-num", "25", "--calibrate-num", "30",
+    argv = ["fleet", "--sizes", "1,2", "--num", "40", "--calibrate-num", "30",
             "--arrivals", "poisson", "--lengths", f"records:{records}", "--predictor",
             "oracle", "--workers", "1", "--out", str(out),
             "--profile", str(Path("bench/profiles/tiny-llama-cpu.json")), "--max-running", "2"]
@@ -58,7 +58,7 @@ def test_fleet_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     res = msgspec.json.decode((out / "fleet.json").read_bytes(), type=FleetResults)
     assert len(res.points) == 2 * 2 * 3 and res.policy == "ssjf"
     for p in res.points:
-        assert p.summary.n_completed == 25 * p.executors and p.summary.n_failed == 0
+        assert p.summary.n_completed == 40 and p.summary.n_failed == 0
         assert p.offered_rps == pytest.approx(p.executors * res.per_executor_rps)
         assert p.rounds > 0 and p.dispatcher_busy > 0 and p.wall_s > 0
     assert res.per_executor_rps == pytest.approx(0.9 * res.capacity_rps)

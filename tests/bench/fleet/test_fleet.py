@@ -14,6 +14,7 @@ from bench.metrics import RequestResult
 from bench.sim import SimOptions
 from bench.sim.overrides import build_config
 from bench.workload import Message, Request
+from tests.bench.records import long_and_short
 
 # Every step costs 10 ms whatever the batch: a 10-token job alone takes 0.1 s.
 _FLAT = ["sim.prefill_base_s=0.0", "sim.prefill_per_token_s=0.0", "sim.decode_base_s=0.01",
@@ -41,10 +42,7 @@ def test_steady_throughput_leaves_out_fill_and_drain() -> None:
 
 
 def test_fleet_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    records = tmp_path / "r.jsonl"
-    records.write_text("\n".join(
-        f'{{"prompt": "p{i}", "output_tokens": {120 if i % 6 == 0 else 15}}}'
-        for i in range(80)))
+    records = long_and_short(tmp_path, 80, every=6, long=120, short=15)
     out = tmp_path / "fleet"
     argv = ["fleet", "--sizes", "1,2", "--num", "40", "--calibrate-num", "30",
             "--arrivals", "poisson", "--lengths", f"records:{records}", "--predictor",

@@ -62,10 +62,12 @@ def main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _run_parser(sub)
     from bench.compare import add_parser as add_compare
+    from bench.fleet.cli import add_parser as add_fleet
     from bench.frontier.cli import add_parser as add_frontier
 
     add_compare(sub)
     add_frontier(sub)
+    add_fleet(sub)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

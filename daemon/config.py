@@ -136,6 +136,8 @@ class SchedulerConfig(_Section, frozen=True):
     # A request's max_tokens caps its predicted length. Turn off only in benchmarks that
     # force every output length through max_tokens: there the cap hands policies the truth.
     trust_budget: bool = True
+    # Executor for a job: by predicted outstanding work, or as routers do (benchmarks).
+    placement: Literal["predicted", "least_queue", "round_robin"] = "predicted"
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
 

@@ -5,6 +5,7 @@ the Config (they import only daemon.core)."""
 from __future__ import annotations
 
 from daemon.config import Config
+from daemon.core import placement
 from daemon.core.policy import Policy
 from daemon.costprofile import cost_model
 from policies import registry
@@ -15,4 +16,6 @@ def make_policy(config: Config, name: str | None = None) -> Policy:
     name = name or config.scheduler.policy
     section = registry.policy_class(name).params_section
     params = getattr(config.policies, section) if section else None
-    return registry.create(name, params, cost_model(config), config.scheduler.max_running)
+    policy = registry.create(name, params, cost_model(config), config.scheduler.max_running)
+    policy.placement = placement.make(config.scheduler.placement)
+    return policy

@@ -137,7 +137,7 @@ class ALISE(Policy):
         resume = self.cost.prefill_s(victim.num_prompt_tokens + victim.num_generated_tokens)
         return self.remaining_s(victim) - resume
 
-    def choose_executor(self, job: Job, free: Sequence[ExecutorView]) -> ExecutorView:
+    def own_executor(self, job: Job, free: Sequence[ExecutorView]) -> ExecutorView:
         if job.kv_residency is KVResidency.KEEP:
             for ex in free:
                 if ex.name == job.executor_name:

@@ -38,6 +38,7 @@ def test_shipped_file_is_valid_and_documents_every_key() -> None:
     ("[nonsense]\n", "nonsense"),
     ("[scheduler]\npolicy = 'lifo'\n", "scheduler.policy"),
     ("[scheduler]\nmax_running = 9\n", "scheduler.max_running"),
+    ("[scheduler]\nplacement = 'random'\n", "scheduler.placement"),
     ("[engine]\ncpu_kv_cache_gib = 0\n", "engine.cpu_kv_cache_gib"),
     ("[engine]\ndevices = ['cpu', 'gpu0']\n", "engine.devices: 'gpu0'"),
     ("[server\n", "malformed TOML"),

@@ -4,16 +4,14 @@ calibrates the arrival rate on FCFS."""
 from __future__ import annotations
 
 import math
-import multiprocessing
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 import numpy as np
-from tqdm import tqdm
 
 from bench import workload
 from bench.metrics import Summary, summarize
+from bench.pool import run_pool
 from bench.sim.run import SimOptions, simulate
 from daemon.config import Config
 
@@ -46,25 +44,7 @@ def run_all(systems: Sequence[tuple[str, list[str], Config]], requests: Requests
     """Every system on the same requests and predictions; results in the systems' order."""
     jobs = [(label, overrides, requests, preds, msgspec.structs.replace(opts, config=config))
             for label, overrides, config in systems]
-    bar = tqdm(total=len(jobs), desc="systems", unit="run", leave=False)
-    try:
-        if workers <= 1:
-            return [_tick(bar, _run_one(*job)) for job in jobs]
-        # spawn: the parent has loaded torch and tokenizers (the predictor); forking them
-        # is unsafe, and the workers need neither.
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures = [pool.submit(_run_one, *job) for job in jobs]
-            for future in futures:
-                future.add_done_callback(lambda _: bar.update())
-            return [f.result() for f in futures]
-    finally:
-        bar.close()
-
-
-def _tick(bar: tqdm, outcome: Outcome) -> Outcome:  # type: ignore[type-arg]
-    bar.update()
-    return outcome
+    return run_pool(_run_one, jobs, workers, desc="systems")
 
 
 def alone(requests: Requests) -> list[workload.Request]:

@@ -18,6 +18,7 @@ import msgspec
 from bench import workload
 from bench.metrics import RequestResult
 from bench.sim.predictions import iterative_predictor
+from bench.sim.router import make_route
 from daemon.config import Config
 from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.scheduler import Scheduler
@@ -37,6 +38,9 @@ class SimOptions(msgspec.Struct, frozen=True, kw_only=True):
     iterative: str = ""
     seed: int = 0
     time_rounds: bool = False  # record every decision round's wall and CPU time
+    # "" : one daemon runs all executors. Else one daemon per executor behind a router
+    # placing each request on arrival by this score (bench/sim/router.py).
+    router: str = ""
 
 
 class SimRun(msgspec.Struct, kw_only=True):
@@ -45,6 +49,7 @@ class SimRun(msgspec.Struct, kw_only=True):
     budget_yields: int  # dispatches that ran out of their token budget (SCLS slices)
     repredictions: int
     wall_s: float
+    cpu_s: float = 0.0  # process CPU time of the run (robust to other processes' load)
     rounds: list[tuple[int, float, float]] = []  # (waiting jobs, wall s, CPU s) per round
 
 
@@ -89,10 +94,11 @@ async def start_scheduler(opts: SimOptions) -> tuple[Scheduler, list[Executor]]:
     return sched, exs
 
 
-def time_rounds(sched: Scheduler) -> list[tuple[int, float, float]]:
+def time_rounds(sched: Scheduler, rounds: list[tuple[int, float, float]] | None = None
+                ) -> list[tuple[int, float, float]]:
     """Wall and CPU time of every decision round: on a shared machine wall time also counts
     time the process was not running; the thread's CPU time does not (GC is in both)."""
-    rounds: list[tuple[int, float, float]] = []
+    rounds = [] if rounds is None else rounds
     inner = sched.dispatch
 
     def timed() -> None:
@@ -117,26 +123,33 @@ async def stop(sched: Scheduler, task: asyncio.Task[None], exs: Sequence[Executo
 
 async def _simulate(requests: Sequence[workload.Request], preds: Sequence[float | None],
                     opts: SimOptions) -> SimRun:
-    started = time.perf_counter()
-    sched, exs = await start_scheduler(opts)
-    rounds = time_rounds(sched) if opts.time_rounds else []
-    task = asyncio.create_task(sched.run(), name="scheduler")
+    started, cpu = time.perf_counter(), time.process_time()
+    each = msgspec.structs.replace(opts, executors=1) if opts.router else opts
+    daemons = [await start_scheduler(each) for _ in range(opts.executors if opts.router else 1)]
+    scheds = [sched for sched, _ in daemons]
+    rounds: list[tuple[int, float, float]] = []
+    for sched in scheds if opts.time_rounds else []:
+        time_rounds(sched, rounds)
+    route = make_route(opts.router, scheds)
+    tasks = [asyncio.create_task(sched.run(), name="scheduler") for sched in scheds]
     jobs: list[Job] = []
     try:
         for req, pred in zip(requests, preds, strict=True):
-            await asyncio.sleep(max(req.arrival_s - sched.now(), 0.0))
-            jobs.append(make_job(req, pred, opts, sched.now()))
-            sched.submit(jobs[-1])
-        if not await sched.drain(1e9):
+            await asyncio.sleep(max(req.arrival_s - scheds[0].now(), 0.0))
+            jobs.append(make_job(req, pred, opts, scheds[0].now()))
+            route(jobs[-1]).submit(jobs[-1])
+        if not all(await asyncio.gather(*(sched.drain(1e9) for sched in scheds))):
             raise RuntimeError("jobs left after the horizon")
     finally:
-        await stop(sched, task, exs)
-    stats = sched.stats.values()
+        for (sched, exs), task in zip(daemons, tasks, strict=True):
+            await stop(sched, task, exs)
+    stats = [s for sched in scheds for s in sched.stats.values()]
     return SimRun(results=[_result(req, job) for req, job in zip(requests, jobs, strict=True)],
                   preemptions=sum(s.preemptions for s in stats),
                   budget_yields=sum(s.budget_yields for s in stats),
-                  repredictions=sched.repredictor.jobs,
-                  wall_s=time.perf_counter() - started, rounds=rounds)
+                  repredictions=sum(sched.repredictor.jobs for sched in scheds),
+                  wall_s=time.perf_counter() - started,
+                  cpu_s=time.process_time() - cpu, rounds=rounds)
 
 
 def _result(req: workload.Request, job: Job) -> RequestResult:

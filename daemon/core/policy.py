@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -24,6 +24,10 @@ class ExecutorView(Protocol):
     def free_slots(self) -> int: ...
 
     def load(self) -> float: ...
+
+
+# Picks one of the executors with a free slot for a job (daemon.core.placement).
+Placement = Callable[[Job, Sequence[ExecutorView]], ExecutorView]
 
 
 @dataclass(slots=True, frozen=True)
@@ -75,6 +79,9 @@ class Policy:
     # and whether a request's budget caps its prediction ([scheduler] trust_budget).
     length_scale: float = 1.0
     trust_budget: bool = True
+    # [scheduler] placement other than "predicted" (daemon.policysetup sets it); None:
+    # own_executor.
+    placement: Placement | None = None
 
     def __init__(self, params: msgspec.Struct | None = None, cost: CostModel | None = None,
                  max_running: int = 4) -> None:
@@ -119,8 +126,15 @@ class Policy:
         return None
 
     def choose_executor(self, job: Job, free: Sequence[ExecutorView]) -> ExecutorView:
-        """Where a job goes among executors with a free slot: least predicted outstanding
-        work (sum of predicted remaining tokens), fewer running jobs on a tie."""
+        """Where a job goes among executors with a free slot: the configured placement, or
+        else the policy's own (own_executor)."""
+        if self.placement is not None:
+            return self.placement(job, free)
+        return self.own_executor(job, free)
+
+    def own_executor(self, job: Job, free: Sequence[ExecutorView]) -> ExecutorView:
+        """The policy's placement: least predicted outstanding work (sum of predicted
+        remaining tokens), fewer running jobs on a tie."""
         return min(free, key=lambda ex: (ex.load(), len(ex.running)))
 
     def next_assignment(self, ctx: DispatchContext) -> tuple[Job, ExecutorView] | None:

@@ -11,6 +11,7 @@ from bench.cli import main
 from bench.frontier.report import FrontierResults
 from bench.frontier.run import calibrate
 from bench.frontier.systems import group_of, parse_system, with_baseline
+from tests.bench.records import long_and_short
 
 
 def test_systems_parse_and_fcfs_comes_first() -> None:
@@ -33,10 +34,7 @@ def test_calibrate_finds_the_rate_from_either_side() -> None:
 
 
 def test_frontier_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    records = tmp_path / "r.jsonl"
-    records.write_text("\n".join(
-        f'{{"prompt": "p{i}", "output_tokens": {400 if i % 5 == 0 else 12}}}'
-        for i in range(60)))
+    records = long_and_short(tmp_path, 60, every=5, long=400, short=12)
     out = tmp_path / "f"
     sjf = "scheduler.policy=oracle-sjf,scheduler.aging.promote_after_s="
     assert main(["frontier", "--lengths", f"records:{records}", "--num", "60",

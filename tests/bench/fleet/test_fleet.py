@@ -1,0 +1,71 @@
+"""`lengthwise bench fleet`: capacity, steady throughput, and the sizes x placements table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from bench.cli import main
+from bench.fleet.report import FleetResults, saturation_size, vs_linear
+from bench.fleet.run import capacity_rps, steady_throughput
+from bench.metrics import RequestResult
+from bench.sim import SimOptions
+from bench.sim.overrides import build_config
+from bench.workload import Message, Request
+from tests.bench.records import long_and_short
+
+# Every step costs 10 ms whatever the batch: a 10-token job alone takes 0.1 s.
+_FLAT = ["sim.prefill_base_s=0.0", "sim.prefill_per_token_s=0.0", "sim.decode_base_s=0.01",
+         "sim.decode_per_seq_s=0.0", "sim.decode_per_context_token_s=0.0"]
+
+
+def test_capacity_is_the_backlogged_service_rate() -> None:
+    config = build_config(overrides=[*_FLAT, "scheduler.policy=ssjf",
+                                     "scheduler.max_running=2"])
+    reqs = [Request(i, 5.0 * i, [Message("user", "x")], 8, 50) for i in range(40)]
+    # 2 slots, 50 steps of 10 ms per job, and a freed slot joins the batch a step later:
+    # 2 / 0.51 s per executor, twice that on two; the arrival times are ignored.
+    one = 2 / 0.51
+    assert capacity_rps(reqs, SimOptions(config=config)) == pytest.approx(one, rel=0.03)
+    assert capacity_rps(reqs, SimOptions(config=config, executors=2)) == pytest.approx(
+        2 * one, rel=0.06)
+
+
+def test_steady_throughput_leaves_out_fill_and_drain() -> None:
+    # One request per second for 100 s, each done 3 s after it arrives, 7 tokens each.
+    results = [RequestResult(index=i, arrival_s=float(i), prompt_tokens=1, output_tokens=7,
+                             ok=True, ttft_s=1.0, jct_s=3.0) for i in range(101)]
+    rps, tps = steady_throughput(results)
+    assert rps == pytest.approx(1.0, rel=0.02) and tps == pytest.approx(7.0, rel=0.02)
+
+
+def test_fleet_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    records = long_and_short(tmp_path, 80, every=6, long=120, short=15)
+    out = tmp_path / "fleet"
+    argv = ["fleet", "--sizes", "1,2", "--num", "40", "--calibrate-num", "30",
+            "--arrivals", "poisson", "--lengths", f"records:{records}", "--predictor",
+            "oracle", "--workers", "1", "--out", str(out),
+            "--profile", str(Path("bench/profiles/tiny-llama-cpu.json")), "--max-running", "2"]
+    assert main(argv) == 0
+    printed = capsys.readouterr()
+    assert "per executor is load 0.9" in printed.err
+    assert "| 2 | central:least_queue |" in printed.out and "| 2 | router:predicted |" in (
+        printed.out)
+    res = msgspec.json.decode((out / "fleet.json").read_bytes(), type=FleetResults)
+    assert len(res.points) == 2 * 2 * 3 and res.policy == "ssjf"
+    for p in res.points:
+        assert p.summary.n_completed == 40 and p.summary.n_failed == 0
+        assert p.offered_rps == pytest.approx(p.executors * res.per_executor_rps)
+        assert p.rounds > 0 and p.dispatcher_busy > 0 and p.wall_s > 0
+    assert res.per_executor_rps == pytest.approx(0.9 * res.capacity_rps)
+    lin = vs_linear(res.points)
+    assert lin[(1, "central:predicted")] == 1.0 and 0.5 < lin[(2, "central:predicted")] < 2
+    assert saturation_size(res.points, "central:predicted")[0] > 0
+    assert (out / "fleet.png").stat().st_size > 0 and (out / "fleet.md").exists()
+
+
+def test_fleet_refuses_a_bad_placement(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fleet", "--placements", "random"]) == 2
+    assert "scheduler.placement" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,12 @@ SCHEDULER_HOOKS = {"get_num_new_matched_tokens", "update_state_after_alloc",
                    "build_connector_meta", "request_finished"}
 WORKER_HOOKS = {"register_kv_caches", "start_load_kv", "wait_for_layer_load",
                 "save_kv_layer", "wait_for_save", "get_finished"}
+
+
+def _logprobs(output: Any) -> list[float]:
+    completion = output.outputs[0]
+    return [step[token].logprob for step, token in zip(completion.logprobs,
+                                                          completion.token_ids, strict=True)]
 
 
 def _calls(trace: list[HookCall], hook: str) -> list[HookCall]:
@@ -55,3 +62,40 @@ async def test_hooks_fire_in_the_engine_processes(connected: ConnectedEngine) ->
                 if c.detail["request_id"].startswith("probe")]
     assert finished[0].detail["status"] == "FINISHED_LENGTH_CAPPED"
     assert len(finished[0].detail["block_ids"]) == 2  # 203 computed tokens in 2 blocks
+
+
+async def test_offloaded_request_resumes_from_the_store_with_the_same_tokens(
+        connected: ConnectedEngine) -> None:
+    """Preempt (abort) a request marked for offload, resume it from prompt + generated
+    tokens: the engine loads the stored whole blocks instead of prefilling them (prefix
+    caching is off, so every cached token came from the store) and the greedy tokens are
+    the uninterrupted run's (quantization "none")."""
+    prompt = [(7 * i) % 5000 + 100 for i in range(300)]
+    reference = await connected.generate(prompt, "reference", max_tokens=40)
+    expected = list(reference.outputs[0].token_ids)
+    assert reference.num_cached_tokens == 0
+
+    generated = await connected.generate_then_abort(prompt, "preempted", 40, abort_after=20,
+                                                    kv_transfer_params={"kvstore": "offload"})
+    assert generated == expected[:len(generated)]
+    resumed = await connected.generate(prompt + generated, "resumed",
+                                       max_tokens=40 - len(generated))
+    # All whole blocks of the resumed context that were computed before the abort.
+    context = len(prompt) + len(generated)
+    assert resumed.num_cached_tokens == (context - 1) // 128 * 128 == 256
+    assert generated + list(resumed.outputs[0].token_ids) == expected
+    # The tiny random model repeats tokens whatever its KV; its logprobs do not.
+    assert _logprobs(resumed) == pytest.approx(_logprobs(reference)[len(generated):], abs=1e-4)
+
+    finished = {c.detail["request_id"]: c.detail for c in
+                _calls(read_trace(connected.trace_path), "request_finished")}
+    saved = next(d for r, d in finished.items() if r.startswith("preempted"))
+    assert saved["status"] == "FINISHED_ABORTED" and saved["saving_tokens"] == 256
+
+
+async def test_unmarked_request_is_not_stored(connected: ConnectedEngine) -> None:
+    prompt = [(11 * i) % 5000 + 100 for i in range(300)]
+    first = await connected.generate(prompt, "unmarked", max_tokens=4)
+    again = await connected.generate(prompt + list(first.outputs[0].token_ids), "again",
+                                     max_tokens=4)
+    assert again.num_cached_tokens == 0

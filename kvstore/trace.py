@@ -22,7 +22,7 @@ class HookCall(msgspec.Struct, frozen=True):
 
 
 # Per hook and process: per-layer and per-step hooks run thousands of times in a long run.
-MAX_CALLS_PER_HOOK = 64
+MAX_CALLS_PER_HOOK = 256
 
 
 class Trace:

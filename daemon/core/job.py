@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from daemon.core import stopstrings
+
+# vLLM samples greedily below this temperature (its _SAMPLING_EPS).
+_GREEDY_TEMPERATURE = 1e-5
+
 
 class JobStatus(enum.IntEnum):
     """Ordered: a job only moves to a higher value, except RUNNING -> WAITING on preemption."""
@@ -98,6 +103,8 @@ class Job:
     # Policy estimates while waiting: seconds until it runs again, and where its KV waits.
     estimated_wait_s: float | None = None
     kv_residency: KVResidency | None = None
+    # Generated text not yet released: it may be the start of a stop string (stopstrings).
+    held_text: str = ""
     outputs: asyncio.Queue[TokenDelta | JobEnd] = field(default_factory=asyncio.Queue)
 
     @property
@@ -128,22 +135,35 @@ class Job:
         return float(min(left, self.num_remaining_budget_tokens) if budget_caps else left)
 
     @property
+    def resumes_exactly(self) -> bool:
+        """False for a seeded random sample: vLLM's per-request generator restarts from the
+        seed when a job resumes, so the continuation would differ from an uninterrupted
+        run's. Such a job is never preempted nor sliced (an engine failure still cuts it)."""
+        return self.sampling.seed is None or self.sampling.temperature < _GREEDY_TEMPERATURE
+
+    @property
     def is_done(self) -> bool:
         return self.status >= JobStatus.FINISHED
 
-    def emit(self, text: str, token_ids: list[int], now: float) -> None:
-        """Executors call this for every delta, in order."""
+    def emit(self, text: str, token_ids: list[int], now: float) -> bool:
+        """Executors call this for every delta, in order. True: a stop string was found, the
+        job is finished ("stop") and the executor must stop generating."""
         if not token_ids and not text:
-            return
+            return False
         if self.first_token_time is None:
             self.first_token_time = now
         self.generated_token_ids.extend(token_ids)
-        self.outputs.put_nowait(TokenDelta(text, list(token_ids)))
+        spec = self.sampling
+        found = stopstrings.scan(self.held_text, text, spec.stop,
+                                 self.num_generated_tokens > spec.min_tokens)
+        self.held_text = found.held
+        self.outputs.put_nowait(TokenDelta(found.release, list(token_ids)))
         mark = self.checkpoint_tokens
         if mark is not None and len(self.generated_token_ids) >= mark:
             self.checkpoint_tokens = None  # one call per mark; the listener sets the next
             if self.on_checkpoint is not None:
                 self.on_checkpoint(self)
+        return found.stopped
 
     def end(self, status: JobStatus, now: float, finish_reason: str | None,
             error: str | None = None) -> None:
@@ -152,4 +172,7 @@ class Job:
         self.status = status
         self.finish_time = now
         self.finish_reason = finish_reason
+        if self.held_text:  # no stop string came: what was held back is output after all
+            self.outputs.put_nowait(TokenDelta(self.held_text, []))
+            self.held_text = ""
         self.outputs.put_nowait(JobEnd(finish_reason, error))

@@ -228,18 +228,19 @@ class Scheduler:
         self.stats[ex.name].jobs_started += 1
         job.on_checkpoint = self._on_checkpoint
         job.checkpoint_tokens = self.policy.next_checkpoint(job)
-        ex.launch(job, self.policy.token_budget(job), self.policy.engine_priority(job))
+        budget = self.policy.token_budget(job) if job.resumes_exactly else None  # not sliced
+        ex.launch(job, budget, self.policy.engine_priority(job))
         for listener in self.on_dispatch:
             listener(job, ex)
 
     def _preemptible(self, ctx: DispatchContext, limit: int | None) -> tuple[int, list[Job]]:
         """(running jobs already being preempted, jobs that may still be): never a promoted
-        job, nor one at the preemption bound `limit`."""
+        job, one at the preemption bound `limit`, nor one that cannot resume exactly."""
         pending, eligible = 0, []
         for job in ctx.running_jobs():
             if job.stop_request == StopRequest.PREEMPT:
                 pending += 1
-            elif (job.stop_request is None and not job.promoted
+            elif (job.stop_request is None and not job.promoted and job.resumes_exactly
                   and (limit is None or job.num_preemptions < limit)):
                 eligible.append(job)
         return pending, eligible

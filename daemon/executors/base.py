@@ -53,6 +53,7 @@ class Executor(abc.ABC):
         # The engine's own view as it last reported it; None until it did.
         self.reported_stats: EngineStats | None = None
         self.on_up: Callable[[], None] = lambda: None  # the engine serves again: dispatch
+        self.on_down: Callable[[], None] = lambda: None  # marked down: restart it now
         self.down_reason: str | None = None  # why the engine is out of service; None = up
         self._tasks: set[asyncio.Task[None]] = set()
         self._job_tasks: dict[str, asyncio.Task[None]] = {}  # the current run of each job
@@ -84,6 +85,7 @@ class Executor(abc.ABC):
         log.error("executor %s is down: %s; %d running jobs go back to the queue",
                   self.name, why, len(self.running))
         self.down_reason = why
+        self.on_down()
         current = asyncio.current_task()
         for job_id, task in list(self._job_tasks.items()):
             if task is current:

@@ -82,7 +82,8 @@ class SimExecutor(Executor):
         try:
             while True:
                 token_id, finish = await seq.tokens.get()
-                job.emit(f" t{token_id}", [token_id], loop.time())
+                if job.emit(f" t{token_id}", [token_id], loop.time()):
+                    return "stop"  # a stop string
                 if finish is not None:
                     return finish
                 if job.stop_request is not None:

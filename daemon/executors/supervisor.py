@@ -10,6 +10,7 @@ offers no slot; its jobs wait in the core and resume when it (or another) is up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -34,12 +35,18 @@ class Supervisor:
         # (dispatches, tokens generated in this dispatch) summed over running jobs
         self._progress: tuple[int, int] = (0, 0)
         self._progress_time = 0.0
+        # Set when the executor marks itself down (an engine error while generating): the
+        # restart starts at once, not at the next health check.
+        self._down = asyncio.Event()
+        executor.on_down = self._down.set
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         self._progress_time = loop.time()
         while not self.failed:
-            await asyncio.sleep(self.config.health_check_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._down.wait(), self.config.health_check_interval_s)
+            self._down.clear()
             ex = self.executor
             if ex.down_reason is None:
                 why = ex.engine_problem() or self._stalled(loop.time())

@@ -3,6 +3,9 @@
 Preemption is abort + resume: the engine request is aborted at a token boundary, the job
 keeps its generated ids, and the next dispatch submits prompt + generated ids with the
 remaining budget. With prefix caching on, the resumed prefill mostly hits cached blocks.
+What makes a resume exact: penalties count the carried tokens (vllm_penalties.py), stop
+strings are checked by the job over all its text (core/stopstrings.py), seeded samples are
+never preempted (Job.resumes_exactly).
 
 The engine runs in its own process (EngineCore). When that process dies, vLLM flags the
 client dead and every stream raises EngineDeadError: the executor is then marked down and
@@ -80,6 +83,8 @@ class VLLMExecutor(Executor):
     def _engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
 
+        from daemon.executors.vllm_penalties import CarriedPenalties
+
         model, engine = self._config.model, self._config.engine
         kwargs: dict[str, Any] = {
             "model": model.path,
@@ -93,6 +98,8 @@ class VLLMExecutor(Executor):
             "scheduling_policy": "priority",
             # Stats stay on (see _StatsRecorder); this only turns vLLM's own loggers off.
             "disable_log_stats": True,
+            # Penalties of resumed jobs count the tokens generated before the resume.
+            "logits_processors": [CarriedPenalties],
         }
         if model.max_model_len:
             kwargs["max_model_len"] = model.max_model_len
@@ -188,7 +195,8 @@ class VLLMExecutor(Executor):
         async with contextlib.aclosing(stream):
             async for out in stream:
                 completion = out.outputs[0]
-                job.emit(completion.text, list(completion.token_ids), loop.time())
+                if job.emit(completion.text, list(completion.token_ids), loop.time()):
+                    return "stop"  # a stop string (the job checks them: stopstrings.py)
                 if completion.finish_reason is not None:
                     return str(completion.finish_reason)
                 if job.stop_request is not None:
@@ -201,17 +209,25 @@ class VLLMExecutor(Executor):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        from daemon.executors import vllm_penalties
+
         spec = job.sampling
+        # vLLM penalizes output tokens only: a resumed job's earlier tokens are prompt now,
+        # so its penalties move into the logits processor, which counts them too.
+        carried = (job.generated_token_ids
+                   if spec.presence_penalty or spec.frequency_penalty else [])
         return SamplingParams(
             max_tokens=max_new_tokens,
             temperature=spec.temperature,
             top_p=spec.top_p,
-            stop=list(spec.stop) or None,
+            # Stop strings are the job's (across resumes): Job.emit, stopstrings.py.
             seed=spec.seed,
             ignore_eos=spec.ignore_eos,
             # min_tokens counts from this dispatch; only what is still owed applies.
             min_tokens=max(min(spec.min_tokens - job.num_generated_tokens, max_new_tokens), 0),
-            presence_penalty=spec.presence_penalty,
-            frequency_penalty=spec.frequency_penalty,
+            presence_penalty=0.0 if carried else spec.presence_penalty,
+            frequency_penalty=0.0 if carried else spec.frequency_penalty,
+            extra_args=(vllm_penalties.extra_args(spec.presence_penalty, spec.frequency_penalty,
+                                                  list(carried)) if carried else None),
             output_kind=RequestOutputKind.DELTA,
         )

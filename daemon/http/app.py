@@ -11,11 +11,13 @@ import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from daemon.http import openapi
+from daemon.http.conncap import ConnectionCap
 from daemon.http.errors import ApiError
 from daemon.http.metrics import Metrics
 from daemon.http.routermetrics import RouterCollector
@@ -30,9 +32,12 @@ def build_app(service: Service) -> Starlette:
     metrics = Metrics(service.scheduler, service.predictions, service.supervisors)
     metrics.registry.register(RouterCollector(service))
 
+    def count_error(exc: ApiError) -> None:
+        metrics.http_errors.labels(str(exc.status), exc.info.type).inc()
+
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        metrics.http_errors.labels(str(exc.status), exc.info.type).inc()
+        count_error(exc)
         return exc.response()
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
@@ -74,6 +79,8 @@ def build_app(service: Service) -> Starlette:
         ],
         exception_handlers={ApiError: on_api_error, HTTPException: on_http_error,
                             Exception: on_crash},
+        middleware=[Middleware(ConnectionCap, limit=lambda: service.config.server.max_connections,
+                               retry_after_s=service.retry_after_s, on_refused=count_error)],
     )
     app.state.metrics = metrics
     return app

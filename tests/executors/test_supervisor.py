@@ -103,3 +103,22 @@ async def test_hung_engine_is_restarted_then_given_up(rig: Rig) -> None:
     assert rig.supervisor.failed and len(rig.failures) == 1
     assert rig.executor.free_slots == 0
     assert not rig.scheduler.accepting  # new requests get 503 from now on
+
+
+async def test_an_executor_marked_down_is_restarted_at_once() -> None:
+    """No wait for the next health check (30 s here): the restart starts when the executor
+    reports its engine dead."""
+    executor = SimExecutor("sim0", 2, FAST)
+    await executor.start()
+    slow_checks = EngineConfig(health_check_interval_s=30.0, restart_attempts=1)
+    supervisor = Supervisor(executor, slow_checks, lambda ex, why: None)
+    task = asyncio.create_task(supervisor.run())
+    try:
+        await asyncio.sleep(0.05)
+        executor.mark_down("the engine died")
+        await _until(lambda: supervisor.restarts == 1, timeout_s=2.0)
+        assert executor.down_reason is None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await executor.shutdown()

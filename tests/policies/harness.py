@@ -30,6 +30,7 @@ class Spec:
     priority: int = 0
     max_tokens: int = 4096
     abort_at_s: float | None = None
+    seed: int | None = None  # with the default temperature (1.0): a seeded random sample
 
 
 @dataclass(slots=True)
@@ -103,7 +104,8 @@ def make_config(policy: str, *, max_running: int = 2, promote_after_s: float | N
 def make_job(i: int, spec: Spec) -> Job:
     prompt = [(i * 31 + k) % 1000 + 1 for k in range(spec.prompt_tokens)]
     return Job(job_id=f"j{i:03d}", prompt_token_ids=prompt,
-               sampling=SamplingSpec(max_tokens=spec.max_tokens), arrival_time=spec.arrival_s,
+               sampling=SamplingSpec(max_tokens=spec.max_tokens, seed=spec.seed),
+               arrival_time=spec.arrival_s,
                priority=spec.priority, predicted_output_tokens=spec.predicted,
                true_output_tokens=spec.true_tokens)
 

@@ -61,6 +61,20 @@ def test_shorter_arrival_preempts_a_long_running_job(policy: str) -> None:
     assert (short.first_token_time or 0) - short.arrival_time < 0.1
 
 
+@pytest.mark.parametrize("policy", [*PREEMPTIVE, "scls"])
+def test_a_seeded_sample_is_never_cut(policy: str) -> None:
+    """Its random draws restart from the seed on a resume, so it is neither preempted nor
+    sliced: it runs in one dispatch where an unseeded job of the same shape is cut."""
+    for seed in (None, 7):
+        workload = [Spec(0.0, 40, 400, predicted=400.0, seed=seed),
+                    Spec(0.2, 40, 20, predicted=20.0)]
+        result = harness.run(harness.make_config(policy, max_running=1), workload)
+        long = result.jobs[0]
+        runs = [d for d in result.dispatches if d.job_id == long.job_id]
+        assert (len(runs) == 1) == (seed is not None), (seed, len(runs))
+        assert long.num_generated_tokens == 400
+
+
 @pytest.mark.parametrize("policy", PREEMPTIVE)
 def test_running_job_near_its_end_is_not_preempted(policy: str) -> None:
     """SRPT compares *remaining* work: 30 tokens left beats a new 60-token job."""

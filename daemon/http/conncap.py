@@ -1,0 +1,49 @@
+"""A cap on open connections: ASGI middleware in front of the routes.
+
+hypercorn accepts every connection the listen backlog hands it. Each HTTP/1.1 connection
+carries one request at a time and an idle keep-alive connection is closed after hypercorn's
+keep-alive timeout (5 s), so what holds memory and file descriptors are connections with a
+request in flight: SSE streams, bodies being read, waits for a slot. Beyond
+`server.max_connections` of those a new request gets 503 with Retry-After and
+`Connection: close` at once, before its body is read. /health and /metrics are not counted
+nor refused: probes must see the daemon's state under load, not the cap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from daemon.http.errors import ApiError
+
+_EXEMPT = frozenset({"/health", "/metrics"})
+
+
+class ConnectionCap:
+    def __init__(self, app: ASGIApp, limit: Callable[[], int], retry_after_s: Callable[[], int],
+                 on_refused: Callable[[ApiError], None]) -> None:
+        self.app = app
+        self.limit = limit  # read per request: the config object may be replaced
+        self.retry_after_s = retry_after_s
+        self.on_refused = on_refused
+        self.open = 0  # connections with a request in flight, exempt paths aside
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in _EXEMPT:
+            await self.app(scope, receive, send)
+            return
+        if self.open >= self.limit():
+            refusal = ApiError(503, f"too many open connections (limit {self.limit()}); "
+                               "retry later", "server_error", code="too_many_connections",
+                               retry_after_s=self.retry_after_s())
+            self.on_refused(refusal)
+            response = refusal.response()
+            response.headers["connection"] = "close"
+            await response(scope, receive, send)
+            return
+        self.open += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.open -= 1

@@ -88,7 +88,10 @@ def test_no_job_lost_duplicated_or_reordered(policy: str, workload: list[Spec], 
                          predictor=harness.perfect_remaining)
     check_invariants(result)
     bound = preemption_bound(policy, params)
-    assert max(job.num_preemptions for job in result.jobs) <= bound
+    # With preempt on, aging may also preempt a running job for a promoted one, within the
+    # policy's max_preemptions when it has one (unbounded for the non-preemptive policies).
+    if not guard or result.scheduler.policy.max_preemptions is not None:
+        assert max(job.num_preemptions for job in result.jobs) <= bound
 
 
 @pytest.mark.parametrize("policy", POLICIES)

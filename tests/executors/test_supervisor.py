@@ -11,12 +11,13 @@ import pytest
 import pytest_asyncio
 
 from daemon.config import EngineConfig, SchedulerConfig, SimConfig
-from daemon.core.job import Job, JobEnd, SamplingSpec, TokenDelta
+from daemon.core.job import Job, SamplingSpec
 from daemon.core.scheduler import Scheduler
 from daemon.executors.base import Executor
 from daemon.executors.sim import SimExecutor
 from daemon.executors.supervisor import Supervisor
 from policies.fcfs import FCFS
+from tests.core.test_scheduler import outputs
 
 pytestmark = pytest.mark.asyncio
 
@@ -58,16 +59,6 @@ async def rig() -> AsyncIterator[Rig]:
     await executor.shutdown()
 
 
-async def _collect(job: Job) -> tuple[list[int], JobEnd]:
-    ids: list[int] = []
-    while True:
-        item = await asyncio.wait_for(job.outputs.get(), 10)
-        if isinstance(item, JobEnd):
-            return ids, item
-        assert isinstance(item, TokenDelta)
-        ids.extend(item.token_ids)
-
-
 async def _until(condition: object, timeout_s: float = 5.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not condition():  # type: ignore[operator]
@@ -77,7 +68,7 @@ async def _until(condition: object, timeout_s: float = 5.0) -> None:
 async def test_down_engine_hands_jobs_back_and_they_resume(rig: Rig) -> None:
     whole = rig.job("whole", 120)
     rig.scheduler.submit(whole)
-    expected, _ = await _collect(whole)
+    expected, _ = await outputs(whole)
 
     cut = rig.job("cut", 120)
     rig.scheduler.submit(cut)
@@ -86,7 +77,7 @@ async def test_down_engine_hands_jobs_back_and_they_resume(rig: Rig) -> None:
     assert rig.executor.free_slots == 0 and not rig.executor.running
     assert cut in rig.scheduler.waiting  # back in the queue, tokens kept
     assert cut.num_generated_tokens >= 30
-    ids, end = await _collect(cut)
+    ids, end = await outputs(cut)
     assert end.error is None and end.finish_reason == "length"
     assert ids == expected  # resumed where it stopped: the same 120 tokens
     assert rig.supervisor.restarts == 1 and rig.executor.down_reason is None
@@ -96,7 +87,7 @@ async def test_hung_engine_is_restarted_then_given_up(rig: Rig) -> None:
     rig.executor.cost = HUNG
     job = rig.job("stuck", 50)
     rig.scheduler.submit(job)
-    ids, end = await _collect(job)
+    ids, end = await outputs(job)
     assert ids == [] and end.finish_reason is None
     assert end.error is not None and "could not be restarted after 2 attempts" in end.error
     assert "no progress for" in end.error

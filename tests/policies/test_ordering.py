@@ -6,6 +6,7 @@ import pytest
 
 from daemon.config import PoliciesConfig
 from policies.isrtf import ISRTFParams
+from policies.scls import SCLSParams
 from tests.policies import harness
 from tests.policies.harness import Spec
 
@@ -65,10 +66,13 @@ def test_shorter_arrival_preempts_a_long_running_job(policy: str) -> None:
 def test_a_seeded_sample_is_never_cut(policy: str) -> None:
     """Its random draws restart from the seed on a resume, so it is neither preempted nor
     sliced: it runs in one dispatch where an unseeded job of the same shape is cut."""
+    # scls slices only under a memory bound by default; the paper's slices cut every job.
+    params = PoliciesConfig(scls=SCLSParams(slicing="always"))
     for seed in (None, 7):
         workload = [Spec(0.0, 40, 400, predicted=400.0, seed=seed),
                     Spec(0.2, 40, 20, predicted=20.0)]
-        result = harness.run(harness.make_config(policy, max_running=1), workload)
+        result = harness.run(harness.make_config(policy, max_running=1, policies=params),
+                             workload)
         long = result.jobs[0]
         runs = [d for d in result.dispatches if d.job_id == long.job_id]
         assert (len(runs) == 1) == (seed is not None), (seed, len(runs))

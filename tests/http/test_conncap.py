@@ -23,7 +23,9 @@ CAP = 3
 
 @pytest.fixture
 def daemon(tmp_path: Path, smollm2_model: Path) -> Iterator[DaemonProcess]:
-    text = config_text(smollm2_model, free_port(), engine_kind="sim", max_running=CAP + 1)
+    # A slow simulated step (10 ms): the held streams run ~20 s, longer than the test.
+    text = config_text(smollm2_model, free_port(), engine_kind="sim", max_running=CAP + 1,
+                       extra="[sim]\ndecode_base_s = 0.01\n")
     config = tmp_path / "lengthwise.toml"
     config.write_text(text.replace("[server]\n", f"[server]\nmax_connections = {CAP}\n", 1))
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
@@ -59,8 +61,10 @@ async def test_connections_beyond_the_cap_get_503_and_are_closed(daemon: DaemonP
     release = asyncio.Event()
     holders = asyncio.create_task(_hold_streams(daemon.base_url, CAP, release))
     async with httpx.AsyncClient(base_url=daemon.base_url, timeout=30) as client:
+        deadline = time.monotonic() + 30
         while daemon.metric("lengthwise_running_jobs") < CAP:  # all CAP streams admitted
             assert not holders.done(), holders
+            assert time.monotonic() < deadline, "the held streams were never all running"
             await asyncio.sleep(0.05)
         refused = await client.post("/v1/chat/completions", json=SHORT)
         assert refused.status_code == 503, refused.text

@@ -55,7 +55,10 @@ def saturation_size(points: Sequence[FleetPoint], label: str, share: str = "disp
         return math.nan, math.nan
     b, log_a = np.polyfit(np.log([p.executors for p in pts]),
                           np.log([getattr(p, share) for p in pts]), 1)
-    return float(math.exp(-log_a / b)) if b > 0 else math.inf, float(b)
+    log_n = -log_a / b if b > 0 else math.inf
+    # A nearly flat fit (CPU share barely grows with N) puts the core's saturation beyond
+    # any float: report it as infinite.
+    return (math.exp(log_n) if log_n < 700 else math.inf), float(b)
 
 
 def table(res: FleetResults) -> str:

@@ -28,16 +28,19 @@ class HRRN(Policy):
     def engine_priority(self, job: Job) -> int:
         return class_rank(job.priority, self.remaining_tokens(job))
 
-    def response_ratio(self, job: Job, now: float) -> float:
-        service = max(self.service_s(job), 1e-6)
+    def response_ratio(self, job: Job, now: float, service: float | None = None) -> float:
+        service = max(self.service_s(job) if service is None else service, 1e-6)
         return (now - WaitQueue.wait_started(job) + service) / service
+
+    def _rank(self, job: Job, now: float) -> tuple[int, float, float]:
+        """Priority class first (lower runs first), then the highest ratio; on a tie (jobs
+        that arrived together) the shortest. One service estimate per job."""
+        service = self.service_s(job)
+        return job.priority, -self.response_ratio(job, now, service), service
 
     def next_assignment(self, ctx: DispatchContext) -> tuple[Job, ExecutorView] | None:
         free = ctx.free_executors()
         if not free or not len(ctx.waiting):
             return None
-        # Priority classes first (lower runs first), then the highest ratio; on a tie (jobs
-        # that arrived together) the shortest.
-        job = min(ctx.waiting, key=lambda j: (j.priority, -self.response_ratio(j, ctx.now),
-                                              self.service_s(j)))
+        job = min(ctx.waiting, key=lambda j: self._rank(j, ctx.now))
         return job, self.choose_executor(job, free)

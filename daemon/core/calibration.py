@@ -35,9 +35,7 @@ class LengthCalibration:
 
     def observe(self, job: Job) -> None:
         """A job ended: learn from it if it stopped by itself after a prediction."""
-        first = job.first_prediction
-        if first is None:
-            first = job.predicted_output_tokens
+        first = job.initial_prediction
         if job.finish_reason != "stop" or first is None or job.num_generated_tokens <= 0:
             return
         ratio = math.log(job.num_generated_tokens / max(first, 1.0))

@@ -121,6 +121,14 @@ class Job:
         return self.sampling.max_tokens - self.num_generated_tokens
 
     @property
+    def initial_prediction(self) -> float | None:
+        """The first prediction: as it stood at submit, else (a job queued before its
+        prediction, whose policy never revises it) the current one."""
+        if self.first_prediction is not None:
+            return self.first_prediction
+        return self.predicted_output_tokens
+
+    @property
     def predicted_remaining_tokens(self) -> float:
         """Predicted tokens still to come; the budget when there is no prediction."""
         return self.predicted_remaining(1.0)

@@ -129,8 +129,7 @@ class Metrics:
         self.ttft.labels(executor).observe(job.first_token_time - job.arrival_time)
         self.jct.labels(executor).observe(job.finish_time - job.arrival_time)
         # The first prediction: re-predictions and demotions revise it on the way.
-        predicted = job.first_prediction if job.first_prediction is not None \
-            else job.predicted_output_tokens
+        predicted = job.initial_prediction
         if job.finish_reason == "stop" and predicted is not None:
             ratio = predicted / max(job.num_generated_tokens, 1)
             self.prediction_error.observe(math.log2(max(ratio, 1e-6)))

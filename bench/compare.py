@@ -11,12 +11,14 @@ at a time: on a shared CPU, two engines would measure each other.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
 import msgspec
 
 from bench import workload
+from bench.client import ClientOptions
 from bench.hostload import CpuMeter, CpuShare
 from bench.metrics import (
     HEADLINE,
@@ -30,6 +32,7 @@ from bench.metrics import (
 from bench.servers import Server, Settings, System, parse_system
 
 WARM_UP_REQUESTS, WARM_UP_RATE = 8, 50.0  # a short burst before the measured rates
+BACKLOG_RATE = 1e6  # our client's stand-in for "every request at once"
 QUICK_SYSTEMS = "vllm,vllm-priority,lengthwise:fcfs,lengthwise:ssjf,lengthwise:oracle-sjf"
 
 
@@ -64,6 +67,8 @@ class CompareResults(msgspec.Struct, kw_only=True):
     runs: list[RunRecord]
     sample: str = ""  # the prompts: held-out | in-sample | reserved-test | external
     repeats: int = 1
+    client: str = "ours"  # ours | vllm (vLLM's `vllm bench serve`)
+    capacity_rps: float = 0.0  # vLLM's server under a backlog, when rates came from --load
     aggregates: list[Aggregate] = []
 
 
@@ -98,6 +103,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--repeats", type=int, default=1,
                    help="run every (system, rate) N times, systems alternating")
     p.add_argument("--out", type=Path, required=True, help="output folder")
+    p.add_argument("--client", choices=("ours", "vllm"), default="ours",
+                   help="load client: ours (bench/client.py) or vLLM's own `vllm bench serve` "
+                        "(single-turn workloads; Gamma arrivals drawn by vLLM's client)")
+    p.add_argument("--load", type=str, default="",
+                   help="comma list of loads as shares of the capacity vLLM's server shows "
+                        "in this run (a backlog of --num requests, measured first with the "
+                        "same client); replaces --rates")
     add_client_arguments(p)
     workload.add_arguments(p)
     p.set_defaults(func=run_compare, num=150, cap=256)
@@ -111,7 +123,7 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
     records = []
     try:
         startup = server.wait_ready()
-        opts = client.ClientOptions(natural=args.natural, priority=system.client_priority,
+        opts = ClientOptions(natural=args.natural, priority=system.client_priority,
                                     max_model_len=args.max_model_len, salt="warm-up. ")
         # Unmeasured burst first: first-call costs (allocators, kernel selection, the
         # predictor's first forward) belong to no rate, and every system pays them here.
@@ -121,9 +133,9 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
             # Every rate sends the same prompts: salted apart, none hits the prefix cache
             # the previous rate filled (the same salt for every system: same work).
             opts = msgspec.structs.replace(opts, salt=f"run {k + 1}. ")
-            requests = workload.build(workload.spec_from_args(args, rate=rate))
             started, meter = time.perf_counter(), CpuMeter(server.proc.pid)
-            results = client.run(server.base_url, requests, opts)
+            results = _drive(server, args, rate, opts, out / "vllm-client",
+                             f"{system.spec.replace(':', '-')}-{rate:g}-{repeat}")
             cpu = meter.stop()
             summary = summarize(results, args.slo_ttft, args.slo_tpot)
             records.append(RunRecord(system=system.spec, rate=rate, summary=summary,
@@ -138,23 +150,61 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
     return startup, records
 
 
+def _drive(server: Server, args: argparse.Namespace, rate: float, opts: ClientOptions,
+           work_dir: Path, tag: str) -> list[RequestResult]:
+    """One measured run at `rate` (inf: the whole workload at once) with the chosen client."""
+    from bench import client, vllm_client
+
+    requests = workload.build(workload.spec_from_args(
+        args, rate=BACKLOG_RATE if math.isinf(rate) else rate))
+    if args.client == "ours":
+        return client.run(server.base_url, requests, opts)
+    return vllm_client.run(server.base_url, requests, work_dir, tag, rate=rate,
+                           cv=args.cv if args.arrivals == "gamma" else 1.0, seed=args.seed,
+                           natural=args.natural, salt=opts.salt, tokenizer=args.model,
+                           max_model_len=args.max_model_len)
+
+
+def measure_capacity(settings: Settings, args: argparse.Namespace, out: Path) -> float:
+    """Completed req/s of vLLM's own server under a backlog of the workload, fresh start."""
+    server = Server(parse_system("vllm"), settings, out)
+    try:
+        server.wait_ready()
+        opts = ClientOptions(natural=args.natural, max_model_len=args.max_model_len,
+                             salt="capacity. ")
+        results = _drive(server, args, math.inf, opts, out / "vllm-client", "capacity")
+    finally:
+        server.stop()
+    capacity = summarize(results).throughput_rps
+    print(f"vLLM's server completes {capacity:.3g} req/s under a backlog of {len(results)}",
+          flush=True)
+    return capacity
+
+
 def run_compare(args: argparse.Namespace) -> int:
     from bench.plots import plot_all
     from bench.report import markdown_table
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    rates = [float(r) for r in args.rates.split(",") if r]
     systems = [parse_system(s) for s in args.systems.split(",") if s]
+    if args.client == "vllm" and any(s.client_priority != "none" for s in systems):
+        raise SystemExit("--client vllm cannot send a per-request priority: drop vllm-priority")
     settings = Settings(model=args.model.resolve(), max_num_seqs=args.max_num_seqs,
                         max_model_len=args.max_model_len, trust_budget=args.natural,
                         extra_toml=args.extra_toml.read_text() if args.extra_toml else "")
     spec = workload.spec_from_args(args)
     workload.warn_sample(spec)
-    workload.build(workload.spec_from_args(args, rate=rates[0]))  # fail early on bad flags
+    workload.build(spec)  # fail early on bad flags
     results = CompareResults(model=args.model.name, max_num_seqs=args.max_num_seqs,
                              workload=spec, natural=args.natural, startup_s={}, runs=[],
-                             sample=workload.sample_label(spec), repeats=args.repeats)
+                             sample=workload.sample_label(spec), repeats=args.repeats,
+                             client=args.client)
+    if args.load:
+        results.capacity_rps = measure_capacity(settings, args, out)
+        rates = [round(float(x) * results.capacity_rps, 3) for x in args.load.split(",") if x]
+    else:
+        rates = [float(r) for r in args.rates.split(",") if r]
     for repeat, system in run_order(systems, args.repeats):
         startup, records = _run_system(system, settings, args, rates, out, repeat)
         results.startup_s.setdefault(system.spec, []).append(startup)

@@ -102,3 +102,30 @@ def test_bench_compare_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
     table = (out / "results.md").read_text()
     assert table.count("| lengthwise:fcfs |") == 1 and "–" in table
     assert {p.name for p in out.glob("*.png")} >= {"jct_vs_rate.png", "throughput_vs_rate.png"}
+
+
+def test_vllm_client_against_sim_daemon(sim_daemon: DaemonProcess, tmp_path: Path) -> None:
+    """`bench compare --client vllm`'s driver: vLLM's own client sends the workload (forced
+    lengths, Gamma arrivals) and its saved per-request times come back as our results."""
+    from bench import vllm_client, workload
+
+    spec = workload.WorkloadSpec(arrivals="gamma", cv=2.0, rate=20.0, num=12, seed=1,
+                                 lengths=f"records:{_records(tmp_path)}", tokenizer=str(TINY))
+    requests = workload.build(spec)
+    results = vllm_client.run(sim_daemon.base_url, requests, tmp_path / "vc", "t", rate=20.0,
+                              cv=2.0, seed=1, natural=False, salt="run 1. ", tokenizer=TINY,
+                              max_model_len=2048)
+    assert [r.index for r in results] == [r.index for r in requests]
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert [r.output_tokens for r in results] == [r.output_tokens for r in requests]
+    assert min(r.arrival_s for r in results) == 0.0
+    assert all(0 < r.ttft_s <= r.jct_s for r in results)
+    sent = [json.loads(line) for line in (tmp_path / "vc" / "t.jsonl").read_text().splitlines()]
+    assert sent[0]["prompt"].startswith("run 1. tell me about item")
+    assert sim_daemon.metric("lengthwise_jobs_finished_total") == 12
+
+
+def test_vllm_client_burstiness_is_the_gamma_shape() -> None:
+    from bench.vllm_client import burstiness
+
+    assert burstiness(1.0) == 1.0 and burstiness(2.0) == 0.25  # shape = 1 / CV^2

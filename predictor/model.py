@@ -23,7 +23,10 @@ class NetInput:
 
 
 class LengthNet(nn.Module):
-    """Bags (prompt, history, partial answer) + numerics + embedding -> MLP -> log1p(tokens)."""
+    """Bags (prompt, history, partial answer) + numerics + embedding -> MLP -> log1p(tokens).
+
+    Output column 0 is the point estimate (L1: a log-median); columns 1.. are the quantiles
+    `cfg.quantiles` of log1p(tokens) (pinball loss), when the config asks for them."""
 
     num_mean: torch.Tensor
     num_std: torch.Tensor
@@ -38,13 +41,18 @@ class LengthNet(nn.Module):
         width = num_bags * cfg.bag_dim + cfg.num_numeric + cfg.emb_dim
         self.mlp = nn.Sequential(
             nn.Linear(width, cfg.hidden), nn.GELU(), nn.Dropout(cfg.dropout),
-            nn.Linear(cfg.hidden, cfg.hidden // 2), nn.GELU(), nn.Linear(cfg.hidden // 2, 1))
+            nn.Linear(cfg.hidden, cfg.hidden // 2), nn.GELU(), nn.Linear(cfg.hidden // 2, 1 + len(cfg.quantiles)))
         self.register_buffer("num_mean", torch.zeros(cfg.num_numeric))
         self.register_buffer("num_std", torch.ones(cfg.num_numeric))
         self.register_buffer("target_bias", torch.zeros(()))  # mean log length: eases training
 
     def forward(self, x: NetInput) -> torch.Tensor:
-        return self.mlp(self._inputs(x)).squeeze(-1) + self.target_bias
+        """Point estimate of log1p(tokens), [B]."""
+        return self.forward_all(x)[:, 0]
+
+    def forward_all(self, x: NetInput) -> torch.Tensor:
+        """[B, 1 + len(quantiles)]: point estimate, then the quantiles (unsorted)."""
+        return self.mlp(self._inputs(x)) + self.target_bias
 
     def _inputs(self, x: NetInput) -> torch.Tensor:
         parts = [self.table(x.prompt_ids, x.prompt_offsets),

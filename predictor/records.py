@@ -33,6 +33,11 @@ def conversation_key(record_id: str) -> str:
     return head if sep else record_id
 
 
+def is_first_turn(record: Record) -> bool:
+    """The record answers the conversation's first user turn (no history to learn from)."""
+    return sum(m.role == "user" for m in record.messages) == 1
+
+
 def encode_record(record: Record) -> bytes:
     return _encoder.encode(record)
 

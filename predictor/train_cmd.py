@@ -23,7 +23,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--rank-weight", type=float, default=0.0,
-                   help="pairwise ranking loss weight (0.5 and 1 did not raise dev tau)")
+                   help="ranking loss weight (see docs/predictor.md for what paid on dev)")
+    p.add_argument("--rank-loss", choices=("pairwise", "listnet"), default="pairwise",
+                   help="pairwise: RankNet over the batch's pairs; listnet: listwise softmax")
+    p.add_argument("--quantiles", type=_levels, default=(0.1, 0.5, 0.9),
+                   help="quantile levels of the distributional head, comma-separated "
+                        "('' for none); predict_quantiles answers within their range")
+    p.add_argument("--quantile-weight", type=float, default=1.0, help="pinball loss weight")
     p.add_argument("--encoder", default="minilm", help="'minilm' or a local HF encoder folder")
     p.add_argument("--use-encoder", action="store_true",
                    help="add the frozen encoder's embedding as input (slow on CPU)")
@@ -37,6 +43,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads (CPU is shared)")
 
 
+def _levels(text: str) -> tuple[float, ...]:
+    levels = tuple(sorted(float(v) for v in text.split(",") if v.strip()))
+    if any(not 0.0 < q < 1.0 for q in levels):
+        raise argparse.ArgumentTypeError(f"quantile levels must be in (0, 1): {text!r}")
+    return levels
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -45,10 +58,12 @@ def run(args: argparse.Namespace) -> int:
     data = load_train_dev(args.data, args.limit, args.dev_limit)
     print(f"train {len(data.train)} records, dev {len(data.dev)}")
     tc = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                     rank_weight=args.rank_weight, seed=args.seed)
+                     rank_weight=args.rank_weight, rank_loss=args.rank_loss,
+                     quantile_weight=args.quantile_weight, seed=args.seed)
     opts = ProxyOptions(encoder=args.encoder, use_encoder=args.use_encoder,
                         encoder_max_tokens=args.encoder_max_tokens,
-                        cache_dir=Path(args.cache_dir) if args.cache_dir else None)
+                        cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+                        quantiles=args.quantiles)
     out = Path(args.out)
     if args.kind == "proxy":
         manifest = train_proxy(data, opts, tc, out)

@@ -41,12 +41,12 @@ def pinball_loss(pred: torch.Tensor, targets: torch.Tensor, quantiles: Sequence[
 
 def length_loss(outputs: torch.Tensor, log_targets: torch.Tensor, rank_weight: float,
                 rank_loss: str = "pairwise", quantiles: Sequence[float] = (),
-                quantile_weight: float = 1.0) -> torch.Tensor:
+                quantile_weight: float = 1.0, temperature: float = 1.0) -> torch.Tensor:
     """outputs [B, 1 + Q]: column 0 the point estimate (L1), the rest the quantiles."""
     scores = outputs[:, 0]
     loss = F.l1_loss(scores, log_targets)
     if rank_weight > 0:
-        rank = (listnet_loss(scores, log_targets) if rank_loss == "listnet"
+        rank = (listnet_loss(scores, log_targets, temperature) if rank_loss == "listnet"
                 else pairwise_rank_loss(scores, log_targets))
         loss = loss + rank_weight * rank
     if quantiles:

@@ -26,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ranking loss weight (see docs/predictor.md for what paid on dev)")
     p.add_argument("--rank-loss", choices=("pairwise", "listnet"), default="pairwise",
                    help="pairwise: RankNet over the batch's pairs; listnet: listwise softmax")
+    p.add_argument("--rank-temperature", type=float, default=1.0,
+                   help="listnet: softmax temperature on log lengths")
     p.add_argument("--quantiles", type=_levels, default=(0.1, 0.5, 0.9),
                    help="quantile levels of the distributional head, comma-separated "
                         "('' for none); predict_quantiles answers within their range")
@@ -59,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"train {len(data.train)} records, dev {len(data.dev)}")
     tc = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                      rank_weight=args.rank_weight, rank_loss=args.rank_loss,
+                     rank_temperature=args.rank_temperature,
                      quantile_weight=args.quantile_weight, seed=args.seed)
     opts = ProxyOptions(encoder=args.encoder, use_encoder=args.use_encoder,
                         encoder_max_tokens=args.encoder_max_tokens,

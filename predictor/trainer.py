@@ -22,6 +22,7 @@ class TrainConfig:
     weight_decay: float = 1e-4
     rank_weight: float = 0.0
     rank_loss: str = "pairwise"  # "pairwise" (RankNet) or "listnet"
+    rank_temperature: float = 1.0  # listnet: softmax temperature on log lengths
     quantile_weight: float = 1.0  # pinball loss weight (when the net has quantile outputs)
     seed: int = 0
 
@@ -54,7 +55,7 @@ def fit(cfg: NetConfig, rows: FeatureRows, log_targets: np.ndarray, tc: TrainCon
                 idx = order[start:start + tc.batch_size]
                 loss = length_loss(net.forward_all(rows.batch(idx)), targets[idx],
                                    tc.rank_weight, tc.rank_loss, cfg.quantiles,
-                                   tc.quantile_weight)
+                                   tc.quantile_weight, tc.rank_temperature)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()

@@ -23,5 +23,8 @@ def save_net(net: LengthNet, folder: Path) -> None:
 def load_net(cfg: NetConfig, folder: Path) -> LengthNet:
     net = LengthNet(cfg)
     state = torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True)
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(v.isfinite().all())]
+    if bad:
+        raise ValueError(f"{folder / WEIGHTS}: non-finite weights in {', '.join(bad)}")
     net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     return net.eval()

@@ -15,7 +15,7 @@ from predictor.features import BagTokenizer
 from predictor.manifest import Manifest
 from predictor.model import LengthNet
 from predictor.netio import load_net
-from predictor.quantiles import quantile_tokens
+from predictor.quantiles import quantile_tokens, shifted
 from predictor.rows import FeatureRows, featurize
 from predictor.text import render
 from predictor.trainer import sort_quantiles
@@ -64,5 +64,5 @@ class ProxyPredictor(Predictor):
         if not batch:
             quantile_tokens(np.zeros((0, 1 + len(levels))), levels, qs)  # same errors
             return []
-        return [tuple(float(v) for v in row)
-                for row in quantile_tokens(self.outputs(batch), levels, qs)]
+        out = shifted(self.outputs(batch), self.manifest.quantile_offsets)
+        return [tuple(float(v) for v in row) for row in quantile_tokens(out, levels, qs)]

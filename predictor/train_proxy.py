@@ -17,7 +17,7 @@ from predictor.manifest import Manifest, write_manifest
 from predictor.metrics import linear_fit, quality, quintiles
 from predictor.model import NetConfig
 from predictor.netio import save_net
-from predictor.quantiles import coverage, quantile_tokens
+from predictor.quantiles import conformal_offsets, coverage, quantile_tokens, shifted
 from predictor.records import is_first_turn
 from predictor.rows import FeatureRows, featurize
 from predictor.trainer import TrainConfig, all_outputs, calibration, fit, scores
@@ -80,7 +80,9 @@ def train_proxy(data: TrainData, opts: ProxyOptions, tc: TrainConfig, out: Path)
     dev_out = all_outputs(net, dev_rows).astype(np.float64)
     dev_y = lengths(data.dev)
     dev = quality(np.maximum(cal * np.expm1(dev_out[:, 0]), 1.0), dev_y, manifest.quintiles)
-    dev |= quantile_metrics(dev_out, cfg.quantiles, dev_y)
+    offsets = conformal_offsets(dev_out, cfg.quantiles, dev_y)
+    dev |= {f"{k}_raw": v for k, v in quantile_metrics(dev_out, cfg.quantiles, dev_y).items()}
+    dev |= quantile_metrics(shifted(dev_out, offsets), cfg.quantiles, dev_y)  # fitted on dev
     first = np.asarray([is_first_turn(r) for r in data.dev])
     if first.any():
         first_pred = np.maximum(cal * np.expm1(dev_out[first, 0]), 1.0)
@@ -89,6 +91,7 @@ def train_proxy(data: TrainData, opts: ProxyOptions, tc: TrainConfig, out: Path)
     out.mkdir(parents=True, exist_ok=True)
     save_net(net, out)
     manifest = msgspec.structs.replace(manifest, calibration=cal, dev_metrics=dev,
+                                       quantile_offsets=offsets,
                                        train_seconds=time.perf_counter() - t0)
     write_manifest(out, manifest)
     return manifest

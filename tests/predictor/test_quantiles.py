@@ -12,7 +12,7 @@ import torch
 from predictor import PredictInput, load_predictor
 from predictor.cli import main
 from predictor.losses import length_loss, listnet_loss, pinball_loss
-from predictor.quantiles import coverage, quantile_tokens
+from predictor.quantiles import conformal_offsets, coverage, quantile_tokens, shifted
 from predictor.records import read_records
 
 
@@ -100,3 +100,21 @@ def test_listnet_objective_trains(small_train, tmp_path) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     assert "coverage_p90" in manifest["dev_metrics"]
     assert "first_kendall_tau" in manifest["dev_metrics"]
+
+
+def test_conformal_offsets_restore_coverage() -> None:
+    rng = np.random.default_rng(0)
+    log_true = rng.normal(5.0, 1.0, 4000)
+    centre = log_true + rng.normal(0.0, 0.5, 4000)  # an informative but noisy point estimate
+    # quantiles far too narrow (as off the training set): +-0.1 around the centre
+    outputs = np.stack([centre, centre - 0.1, centre, centre + 0.1], axis=1)
+    true = np.expm1(log_true)
+    levels = (0.1, 0.5, 0.9)
+    raw = quantile_tokens(outputs, levels, (0.9,))[:, 0]
+    assert coverage(raw, true) < 0.65
+    offsets = conformal_offsets(outputs[:2000], levels, true[:2000])
+    assert offsets[0] < 0 < offsets[2]
+    fixed = quantile_tokens(shifted(outputs[2000:], offsets), levels, (0.5, 0.9))
+    assert abs(coverage(fixed[:, 1], true[2000:]) - 0.9) < 0.03  # held-out rows
+    assert abs(coverage(fixed[:, 0], true[2000:]) - 0.5) < 0.04
+    assert conformal_offsets(outputs[:50], levels, true[:50]) == []  # too few rows to fit

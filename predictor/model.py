@@ -63,3 +63,27 @@ class LengthNet(nn.Module):
         if self.cfg.emb_dim:
             parts.append(x.emb)
         return torch.cat(parts, dim=-1)
+
+
+class LengthEnsemble(nn.Module):
+    """`cfg.members` LengthNets on the same inputs; outputs averaged in log space (one set of
+    features, so the cost over one net is only the extra bag lookups and MLPs)."""
+
+    def __init__(self, cfg: NetConfig, members: list[LengthNet] | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.members = nn.ModuleList(members or [LengthNet(cfg) for _ in range(cfg.members)])
+
+    def forward(self, x: NetInput) -> torch.Tensor:
+        return self.forward_all(x)[:, 0]
+
+    def forward_all(self, x: NetInput) -> torch.Tensor:
+        nets: list[LengthNet] = list(self.members)  # type: ignore[arg-type]
+        return torch.stack([net.forward_all(x) for net in nets]).mean(0)
+
+
+Net = LengthNet | LengthEnsemble
+
+
+def build_net(cfg: NetConfig) -> Net:
+    return LengthNet(cfg) if cfg.members == 1 else LengthEnsemble(cfg)

@@ -13,7 +13,7 @@ from predictor.api import PredictInput, Predictor
 from predictor.encoder import TextEncoder
 from predictor.features import BagTokenizer
 from predictor.manifest import Manifest
-from predictor.model import LengthNet
+from predictor.model import Net
 from predictor.netio import load_net
 from predictor.quantiles import quantile_tokens, shifted
 from predictor.rows import FeatureRows, featurize
@@ -24,7 +24,7 @@ from predictor.trainer import sort_quantiles
 class ProxyPredictor(Predictor):
     kind = "proxy"
 
-    def __init__(self, path: Path, manifest: Manifest, net: LengthNet,
+    def __init__(self, path: Path, manifest: Manifest, net: Net,
                  encoder: TextEncoder | None) -> None:
         self.path, self.manifest, self.net, self.encoder = path, manifest, net, encoder
         self.bagger = BagTokenizer(manifest.encoder)

@@ -20,7 +20,7 @@ from predictor.netio import save_net
 from predictor.quantiles import conformal_offsets, coverage, quantile_tokens, shifted
 from predictor.records import is_first_turn
 from predictor.rows import FeatureRows, featurize
-from predictor.trainer import TrainConfig, all_outputs, calibration, fit, scores
+from predictor.trainer import TrainConfig, all_outputs, calibration, fit_members, scores
 
 
 def quantile_metrics(outputs: np.ndarray, levels: tuple[float, ...], true: np.ndarray
@@ -41,6 +41,7 @@ class ProxyOptions:
     bag_dim: int = 16  # 16 matched 32 on dev and halves the shipped file
     hidden: int = 256
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)  # levels of the quantile head; () = none
+    members: int = 1  # nets averaged (seeds seed, seed + 1, ...)
 
 
 def build_rows(records, bagger: BagTokenizer, opts: ProxyOptions,
@@ -72,9 +73,10 @@ def train_proxy(data: TrainData, opts: ProxyOptions, tc: TrainConfig, out: Path)
     dev_rows = build_rows(data.dev, bagger, opts, encoder, "dev")
     cfg = NetConfig(table_size=bagger.table_size, num_numeric=len(NUMERIC_NAMES),
                     emb_dim=encoder.dim if encoder else 0, bag_dim=opts.bag_dim,
-                    hidden=opts.hidden, quantiles=opts.quantiles)
+                    hidden=opts.hidden, quantiles=opts.quantiles,
+                    members=opts.members)
     y = lengths(data.train)
-    net = fit(cfg, train_rows, np.log1p(y), tc, desc="train proxy")
+    net = fit_members(cfg, train_rows, np.log1p(y), tc, desc="train proxy")
     manifest = base_manifest("proxy", data, opts, cfg, tc.seed)
     cal = calibration(scores(net, train_rows), y)
     dev_out = all_outputs(net, dev_rows).astype(np.float64)

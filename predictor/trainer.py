@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from predictor.losses import length_loss
-from predictor.model import LengthNet, NetConfig
+from predictor.model import LengthEnsemble, LengthNet, Net, NetConfig
 from predictor.rows import FeatureRows
 
 
@@ -65,7 +65,7 @@ def fit(cfg: NetConfig, rows: FeatureRows, log_targets: np.ndarray, tc: TrainCon
     return net.eval()
 
 
-def all_outputs(net: LengthNet, rows: FeatureRows, batch_size: int = 1024) -> np.ndarray:
+def all_outputs(net: Net, rows: FeatureRows, batch_size: int = 1024) -> np.ndarray:
     """[N, 1 + Q]: point log-score, then the quantiles sorted ascending (no crossing)."""
     out = []
     with torch.inference_mode():
@@ -83,7 +83,17 @@ def sort_quantiles(outputs: np.ndarray) -> np.ndarray:
     return outputs
 
 
-def scores(net: LengthNet, rows: FeatureRows, batch_size: int = 1024) -> np.ndarray:
+def fit_members(cfg: NetConfig, rows: FeatureRows, log_targets: np.ndarray, tc: TrainConfig,
+                desc: str = "train") -> Net:
+    """One net, or cfg.members nets seeded tc.seed, tc.seed + 1, ... averaged."""
+    if cfg.members == 1:
+        return fit(cfg, rows, log_targets, tc, desc)
+    return LengthEnsemble(cfg, [fit(cfg, rows, log_targets, replace(tc, seed=tc.seed + i),
+                                    f"{desc} {i + 1}/{cfg.members}")
+                                for i in range(cfg.members)]).eval()
+
+
+def scores(net: Net, rows: FeatureRows, batch_size: int = 1024) -> np.ndarray:
     return all_outputs(net, rows, batch_size)[:, 0]
 
 

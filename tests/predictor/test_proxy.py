@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from predictor import PredictInput, default_predictor_path, load_predictor
@@ -79,3 +80,23 @@ def test_frozen_encoder_option_trains_and_serves(small_train, tmp_path) -> None:
     assert predictor.encoder is not None and predictor.encoder.dim == 384
     inputs = [PredictInput.from_record(r) for r in list(read_records(small_train))[:3]]
     assert all(p >= 1.0 for p in predictor.predict(inputs))
+
+
+def test_ensemble_of_members_averages_their_outputs(small_train, tmp_path) -> None:
+    out = tmp_path / "ens"
+    assert main(["train", "--kind", "proxy", "--data", str(small_train), "--out", str(out),
+                 "--epochs", "1", "--dev-limit", "50", "--limit", "200", "--members", "2",
+                 "--seed", "3"]) == 0
+    state = _weights(out)
+    assert state["members.0.table.weight"].dtype == torch.float16
+    assert not torch.equal(state["members.0.mlp.0.weight"], state["members.1.mlp.0.weight"])
+    predictor = load_predictor(out)
+    inputs = [PredictInput.from_record(r) for r in list(read_records(small_train))[:4]]
+    x = predictor.rows(inputs).batch(range(4))
+    with torch.inference_mode():
+        each = [m.forward_all(x) for m in predictor.net.members]
+        assert torch.allclose(predictor.net.forward_all(x), (each[0] + each[1]) / 2)
+    cal = predictor.manifest.calibration
+    mean = ((each[0][:, 0] + each[1][:, 0]) / 2).double()
+    expected = [max(1.0, cal * float(torch.expm1(v))) for v in mean]
+    assert predictor.predict(inputs) == pytest.approx(expected, rel=1e-4)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from predictor.model import Net, NetConfig, build_net
+from predictor.model import LengthEnsemble, Net, NetConfig, build_net
 
 WEIGHTS = "net.pt"
 
@@ -32,4 +32,6 @@ def load_net(cfg: NetConfig, folder: Path) -> Net:
     if bad:
         raise ValueError(f"{folder / WEIGHTS}: non-finite weights in {', '.join(bad)}")
     net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    if isinstance(net, LengthEnsemble):
+        net.fuse()
     return net.eval()

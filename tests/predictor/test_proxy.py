@@ -57,6 +57,9 @@ def test_default_predictor_ships_and_ranks_sensibly() -> None:
                                       "with sections, examples and a bibliography."}])
     p_short, p_long = predictor.predict([short, long])
     assert p_short < p_long
+    (s50, s90), (l50, l90) = predictor.predict_quantiles([short, long])
+    assert s50 < s90 and l50 < l90 and s90 < l90
+    assert predictor.manifest.net.members == 3 and len(predictor.manifest.quantile_offsets) == 3
 
 
 def test_eval_cli_prints_the_report(small_train, small_proxy, capsys) -> None:

@@ -138,6 +138,8 @@ class Daemon:
             log.error("reload rejected, keeping the old config: %s", exc)
         finally:
             sdnotify.notify("READY=1", "STATUS=serving")
+        if self.service is not None:  # a retrained model put in the predictor's folder
+            self._spawn(self.service.predictions.reload(), "predictor-reload")
 
 
 def _set_log_level(config: Config) -> None:

@@ -9,12 +9,17 @@ arrive while a batch runs form the next batch, up to `max_batch`. A first predic
 fails or misses its deadline gives the job the fallback estimate (the running mean of
 observed lengths) and counts in /metrics; no request waits longer than `timeout_s` for one.
 A failed or late re-prediction keeps the job's previous estimate (daemon.core.repredict).
+
+On SIGHUP each loaded predictor whose folder's files changed (a retrained model put in
+place) is loaded anew in the worker thread and swapped in; one that fails to load or to
+predict a probe is refused, and the running one is kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -37,12 +42,25 @@ class PredictionStats:
     fallbacks: int = 0  # failed or timed-out predictions
     batches: int = 0
     observed: int = 0  # natural completions fed back (online index, fallback mean)
+    reloads: int = 0  # predictors swapped for a changed model on SIGHUP
+    reload_failures: int = 0  # changed models refused (the running one was kept)
 
 
 @dataclass(slots=True)
 class _Pending:
     inp: Any  # predictor.PredictInput
     future: asyncio.Future[float]
+
+
+_PROBE = "Write a short poem about the sea."  # a request every model must answer
+
+
+def _folder(path: str, iterative: bool) -> Path:
+    from predictor import default_iterative_path, default_predictor_path
+
+    if path:
+        return Path(path)
+    return default_iterative_path() if iterative else default_predictor_path()
 
 
 class Predictions:
@@ -63,6 +81,8 @@ class Predictions:
         self._saver: asyncio.Task[None] | None = None
         self._observed_total = 0.0
         self._log = RequestLog(config.request_log) if config.request_log else None
+        self._fingerprints: dict[bool, str] = {}  # iterative? -> files of the loaded model
+        self._reload_lock = asyncio.Lock()
 
     @property
     def fallback_tokens(self) -> float:
@@ -98,12 +118,60 @@ class Predictions:
     def _load(self, path: str, iterative: bool) -> Any:
         import torch
 
-        from predictor import default_iterative_path, default_predictor_path, load_predictor
+        from predictor import load_predictor
+        from predictor.loader import model_fingerprint
 
         torch.set_num_threads(self.config.threads)  # the engines need the other cores
-        if path:
-            return load_predictor(Path(path))
-        return load_predictor(default_iterative_path() if iterative else default_predictor_path())
+        folder = _folder(path, iterative)
+        fingerprint = model_fingerprint(folder)
+        predictor = load_predictor(folder)
+        self._fingerprints[iterative] = fingerprint
+        return predictor
+
+    async def reload(self) -> None:
+        """SIGHUP: reload each loaded predictor whose folder's files changed. A model that
+        does not load, or does not give a finite length for a probe request, is refused: the
+        running one stays, and the refusal is logged and counted."""
+        async with self._reload_lock:
+            loop = asyncio.get_running_loop()
+            for iterative, current in ((False, self.predictor), (True, self.iterative)):
+                if current is None:
+                    continue
+                path = self.config.iterative_path if iterative else self.config.path
+                try:
+                    new = await loop.run_in_executor(self._pool, self._reload_one, path,
+                                                     iterative)
+                except Exception as exc:  # noqa: BLE001 - any broken model is refused
+                    self.stats.reload_failures += 1
+                    log.error("predictor reload refused, keeping the running %s model (%s): %s",
+                              current.kind, current.path, exc)
+                    continue
+                if new is None:
+                    log.info("predictor %s unchanged; not reloaded", current.path)
+                    continue
+                if iterative:
+                    self.iterative = new
+                else:
+                    self.predictor = new
+                self.stats.reloads += 1
+                log.info("predictor reloaded: %s (%s)", new.kind, new.path)
+
+    def _reload_one(self, path: str, iterative: bool) -> Any:
+        """In the worker thread: the new predictor, or None if the files did not change."""
+        from predictor import PredictInput, load_predictor
+        from predictor.loader import model_fingerprint
+
+        folder = _folder(path, iterative)
+        fingerprint = model_fingerprint(folder)
+        if fingerprint == self._fingerprints.get(iterative):
+            return None
+        new = load_predictor(folder)
+        probe = PredictInput.from_openai([{"role": "user", "content": _PROBE}])
+        values = new.predict_remaining([(probe, "")]) if iterative else new.predict([probe])
+        if len(values) != 1 or not all(math.isfinite(v) and v >= 1.0 for v in values):
+            raise ValueError(f"{folder}: probe prediction {values!r} is not a length")
+        self._fingerprints[iterative] = fingerprint
+        return new
 
     async def predict(self, job: Job, messages: Sequence[dict[str, str]]) -> float:
         """Predicted total output tokens for a new job; the fallback if anything goes wrong."""

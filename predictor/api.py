@@ -46,6 +46,12 @@ class Predictor(ABC):
     @abstractmethod
     def predict(self, batch: list[PredictInput]) -> list[float]: ...
 
+    def predict_quantiles(self, batch: list[PredictInput],
+                          qs: Sequence[float] = (0.5, 0.9)) -> list[tuple[float, ...]]:
+        """Quantiles of the total output tokens, one tuple (ordered as `qs`) per input.
+        Models trained with `--quantiles` answer for levels within the trained range."""
+        raise NotImplementedError(f"{self.kind} predictor has no quantile outputs")
+
     def predict_remaining(self, batch: list[tuple[PredictInput, str]]) -> list[float]:
         """Non-iterative fallback: total prediction minus the tokens already generated."""
         totals = self.predict([inp for inp, _ in batch])

@@ -12,7 +12,7 @@ import torch
 from predictor.api import PredictInput, Predictor
 from predictor.features import BagTokenizer
 from predictor.manifest import Manifest
-from predictor.model import LengthNet
+from predictor.model import Net
 from predictor.netio import load_net
 from predictor.rows import FeatureRows, add_partials, featurize
 
@@ -20,7 +20,7 @@ from predictor.rows import FeatureRows, add_partials, featurize
 class IterativePredictor(Predictor):
     kind = "iterative"
 
-    def __init__(self, path: Path, manifest: Manifest, net: LengthNet) -> None:
+    def __init__(self, path: Path, manifest: Manifest, net: Net) -> None:
         self.path, self.manifest, self.net = path, manifest, net
         self.bagger = BagTokenizer(manifest.encoder)
         self.chars_per_token = manifest.chars_per_token

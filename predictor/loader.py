@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from predictor.api import Predictor
@@ -31,3 +32,21 @@ def default_predictor_path() -> Path:
 def default_iterative_path() -> Path:
     """The iterative (remaining-length) model shipped in the package, for re-predictions."""
     return Path(__file__).resolve().parent / "models" / "iterative"
+
+
+# Online state a running predictor writes into its own folder (the retrieval index and its
+# previous generation): not part of the trained model, so not part of its fingerprint.
+_ONLINE_STATE = ("index.lwidx", "index.lwidx.prev")
+
+
+def model_fingerprint(path: str | Path) -> str:
+    """SHA-256 over a model folder's files (names and contents, recursively), leaving out
+    online state and temp files: it changes exactly when a new model is put in place."""
+    folder = Path(path)
+    digest = hashlib.sha256()
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        if file.name in _ONLINE_STATE or file.name.endswith(".tmp"):
+            continue
+        digest.update(str(file.relative_to(folder)).encode() + b"\0")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()

@@ -30,6 +30,9 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True):
     min_similarity: float = 0.9  # retrieval: neighbours below this are ignored
     min_neighbours: int = 1  # retrieval: fewer hits than this -> proxy fallback
     neighbour_weight: float = 1.0  # retrieval: weight of the neighbours vs the proxy on a hit
+    # Per quantile level of the net: log-space shift fitted on dev so that the share of dev
+    # lengths under each quantile equals its level (split conformal); [] = no shift.
+    quantile_offsets: list[float] = []
     fallback: str = ""  # retrieval: sub-folder holding the proxy used on a miss
     seed: int = 0
     train_seconds: float = 0.0

@@ -13,3 +13,7 @@ class NetConfig(msgspec.Struct, frozen=True, kw_only=True):
     hidden: int = 256
     dropout: float = 0.1
     partial: bool = False  # iterative: a third bag over the partial response
+    # Quantile levels of log1p(tokens) the net also outputs (pinball loss); () = point only.
+    quantiles: tuple[float, ...] = ()
+    # Nets trained with seeds seed, seed+1, ...; their outputs are averaged (in log space).
+    members: int = 1

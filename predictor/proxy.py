@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -12,16 +13,18 @@ from predictor.api import PredictInput, Predictor
 from predictor.encoder import TextEncoder
 from predictor.features import BagTokenizer
 from predictor.manifest import Manifest
-from predictor.model import LengthNet
+from predictor.model import Net
 from predictor.netio import load_net
+from predictor.quantiles import quantile_tokens, shifted
 from predictor.rows import FeatureRows, featurize
 from predictor.text import render
+from predictor.trainer import sort_quantiles
 
 
 class ProxyPredictor(Predictor):
     kind = "proxy"
 
-    def __init__(self, path: Path, manifest: Manifest, net: LengthNet,
+    def __init__(self, path: Path, manifest: Manifest, net: Net,
                  encoder: TextEncoder | None) -> None:
         self.path, self.manifest, self.net, self.encoder = path, manifest, net, encoder
         self.bagger = BagTokenizer(manifest.encoder)
@@ -44,9 +47,22 @@ class ProxyPredictor(Predictor):
     def tokens_from_scores(self, s: np.ndarray) -> list[float]:
         return [max(1.0, float(v)) for v in self.manifest.calibration * np.expm1(s)]
 
+    def outputs(self, batch: list[PredictInput]) -> np.ndarray:
+        """[B, 1 + Q]: point log-score, then the sorted quantiles of log1p(tokens)."""
+        with self._lock, torch.inference_mode():
+            out = self.net.forward_all(self.rows(batch).batch(range(len(batch))))
+        return sort_quantiles(out.numpy().astype(np.float64))
+
     def predict(self, batch: list[PredictInput]) -> list[float]:
         if not batch:
             return []
-        with self._lock, torch.inference_mode():
-            s = self.net(self.rows(batch).batch(range(len(batch)))).numpy().astype(np.float64)
-        return self.tokens_from_scores(s)
+        return self.tokens_from_scores(self.outputs(batch)[:, 0])
+
+    def predict_quantiles(self, batch: list[PredictInput],
+                          qs: Sequence[float] = (0.5, 0.9)) -> list[tuple[float, ...]]:
+        levels = self.manifest.net.quantiles if self.manifest.net else ()
+        if not batch:
+            quantile_tokens(np.zeros((0, 1 + len(levels))), levels, qs)  # same errors
+            return []
+        out = shifted(self.outputs(batch), self.manifest.quantile_offsets)
+        return [tuple(float(v) for v in row) for row in quantile_tokens(out, levels, qs)]

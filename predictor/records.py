@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
+
+log = logging.getLogger(__name__)
 
 
 class Message(msgspec.Struct, frozen=True):
@@ -33,22 +36,36 @@ def conversation_key(record_id: str) -> str:
     return head if sep else record_id
 
 
+def is_first_turn(record: Record) -> bool:
+    """The record answers the conversation's first user turn (no history to learn from)."""
+    return sum(m.role == "user" for m in record.messages) == 1
+
+
 def encode_record(record: Record) -> bytes:
     return _encoder.encode(record)
 
 
 def read_records(path: str | Path) -> Iterator[Record]:
+    """Records of a JSONL file. A last line that does not decode is a write torn by a crash
+    (the daemon's request log appends one line per completion): it is skipped with a
+    warning. An undecodable line anywhere else is an error."""
+    torn: tuple[int, msgspec.DecodeError] | None = None
     with open(path, "rb") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue
+            if torn is not None:
+                raise ValueError(f"{path}:{torn[0]}: bad record: {torn[1]}") from torn[1]
             try:
                 record = _decoder.decode(line)
             except msgspec.DecodeError as e:
-                raise ValueError(f"{path}:{line_no}: bad record: {e}") from e
+                torn = (line_no, e)
+                continue
             if not record.messages or record.messages[-1].role != "user":
                 raise ValueError(f"{path}:{line_no}: messages must end with a user turn")
             yield record
+    if torn is not None:
+        log.warning("%s:%d: skipped a torn last line (%s)", path, torn[0], torn[1])
 
 
 def write_records(path: str | Path, records: Iterable[Record]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,11 @@ class RetrievalPredictor(Predictor):
 
     def predict(self, batch: list[PredictInput]) -> list[float]:
         return self.predict_detail(batch)[0] if batch else []
+
+    def predict_quantiles(self, batch: list[PredictInput],
+                          qs: Sequence[float] = (0.5, 0.9)) -> list[tuple[float, ...]]:
+        """The proxy's quantiles: neighbours give one length each, not a distribution."""
+        return self.proxy.predict_quantiles(batch, qs)
 
     def observe(self, inp: PredictInput, output_tokens: int) -> None:
         keys = self.keyer.keys([inp.messages])

@@ -22,8 +22,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--rank-weight", type=float, default=0.0,
-                   help="pairwise ranking loss weight (0.5 and 1 did not raise dev tau)")
+    p.add_argument("--rank-weight", type=float, default=None,
+                   help="ranking loss weight; default 1 (listnet) for proxy and retrieval, "
+                        "0 for iterative (docs/predictor.md: what paid on dev)")
+    p.add_argument("--rank-loss", choices=("pairwise", "listnet"), default="listnet",
+                   help="pairwise: RankNet over the batch's pairs; listnet: listwise softmax")
+    p.add_argument("--rank-temperature", type=float, default=1.0,
+                   help="listnet: softmax temperature on log lengths")
+    p.add_argument("--quantiles", type=_levels, default=(0.1, 0.5, 0.9),
+                   help="quantile levels of the distributional head, comma-separated "
+                        "('' for none); predict_quantiles answers within their range")
+    p.add_argument("--members", type=int, default=1,
+                   help="proxy: nets averaged, seeded --seed, --seed + 1, ... (3 ships)")
+    p.add_argument("--quantile-weight", type=float, default=1.0, help="pinball loss weight")
     p.add_argument("--encoder", default="minilm", help="'minilm' or a local HF encoder folder")
     p.add_argument("--use-encoder", action="store_true",
                    help="add the frozen encoder's embedding as input (slow on CPU)")
@@ -37,6 +48,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads (CPU is shared)")
 
 
+def _levels(text: str) -> tuple[float, ...]:
+    levels = tuple(sorted(float(v) for v in text.split(",") if v.strip()))
+    if any(not 0.0 < q < 1.0 for q in levels):
+        raise argparse.ArgumentTypeError(f"quantile levels must be in (0, 1): {text!r}")
+    return levels
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -44,11 +62,17 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false" if args.threads == 1 else "true")
     data = load_train_dev(args.data, args.limit, args.dev_limit)
     print(f"train {len(data.train)} records, dev {len(data.dev)}")
+    rank_weight = args.rank_weight
+    if rank_weight is None:
+        rank_weight = 0.0 if args.kind == "iterative" else 1.0
     tc = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                     rank_weight=args.rank_weight, seed=args.seed)
+                     rank_weight=rank_weight, rank_loss=args.rank_loss,
+                     rank_temperature=args.rank_temperature,
+                     quantile_weight=args.quantile_weight, seed=args.seed)
     opts = ProxyOptions(encoder=args.encoder, use_encoder=args.use_encoder,
                         encoder_max_tokens=args.encoder_max_tokens,
-                        cache_dir=Path(args.cache_dir) if args.cache_dir else None)
+                        cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+                        quantiles=args.quantiles, members=args.members)
     out = Path(args.out)
     if args.kind == "proxy":
         manifest = train_proxy(data, opts, tc, out)

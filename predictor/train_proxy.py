@@ -17,8 +17,19 @@ from predictor.manifest import Manifest, write_manifest
 from predictor.metrics import linear_fit, quality, quintiles
 from predictor.model import NetConfig
 from predictor.netio import save_net
+from predictor.quantiles import conformal_offsets, coverage, quantile_tokens, shifted
+from predictor.records import is_first_turn
 from predictor.rows import FeatureRows, featurize
-from predictor.trainer import TrainConfig, calibration, fit, scores
+from predictor.trainer import TrainConfig, all_outputs, calibration, fit_members, scores
+
+
+def quantile_metrics(outputs: np.ndarray, levels: tuple[float, ...], true: np.ndarray
+                     ) -> dict[str, float]:
+    """Coverage of the predicted p50 and p90 (share of true lengths at or under them)."""
+    if not levels or not (min(levels) <= 0.5 and max(levels) >= 0.9):
+        return {}
+    q = quantile_tokens(outputs, levels, (0.5, 0.9))
+    return {"coverage_p50": coverage(q[:, 0], true), "coverage_p90": coverage(q[:, 1], true)}
 
 
 @dataclass(slots=True)
@@ -29,6 +40,8 @@ class ProxyOptions:
     cache_dir: Path | None = None
     bag_dim: int = 16  # 16 matched 32 on dev and halves the shipped file
     hidden: int = 256
+    quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)  # levels of the quantile head; () = none
+    members: int = 1  # nets averaged (seeds seed, seed + 1, ...)
 
 
 def build_rows(records, bagger: BagTokenizer, opts: ProxyOptions,
@@ -60,16 +73,27 @@ def train_proxy(data: TrainData, opts: ProxyOptions, tc: TrainConfig, out: Path)
     dev_rows = build_rows(data.dev, bagger, opts, encoder, "dev")
     cfg = NetConfig(table_size=bagger.table_size, num_numeric=len(NUMERIC_NAMES),
                     emb_dim=encoder.dim if encoder else 0, bag_dim=opts.bag_dim,
-                    hidden=opts.hidden)
+                    hidden=opts.hidden, quantiles=opts.quantiles,
+                    members=opts.members)
     y = lengths(data.train)
-    net = fit(cfg, train_rows, np.log1p(y), tc, desc="train proxy")
+    net = fit_members(cfg, train_rows, np.log1p(y), tc, desc="train proxy")
     manifest = base_manifest("proxy", data, opts, cfg, tc.seed)
     cal = calibration(scores(net, train_rows), y)
-    dev_pred = cal * np.expm1(scores(net, dev_rows).astype(np.float64))
-    dev = quality(np.maximum(dev_pred, 1.0), lengths(data.dev), manifest.quintiles)
+    dev_out = all_outputs(net, dev_rows).astype(np.float64)
+    dev_y = lengths(data.dev)
+    dev = quality(np.maximum(cal * np.expm1(dev_out[:, 0]), 1.0), dev_y, manifest.quintiles)
+    offsets = conformal_offsets(dev_out, cfg.quantiles, dev_y)
+    dev |= {f"{k}_raw": v for k, v in quantile_metrics(dev_out, cfg.quantiles, dev_y).items()}
+    dev |= quantile_metrics(shifted(dev_out, offsets), cfg.quantiles, dev_y)  # fitted on dev
+    first = np.asarray([is_first_turn(r) for r in data.dev])
+    if first.any():
+        first_pred = np.maximum(cal * np.expm1(dev_out[first, 0]), 1.0)
+        dev["first_kendall_tau"] = quality(first_pred, dev_y[first],
+                                           manifest.quintiles)["kendall_tau"]
     out.mkdir(parents=True, exist_ok=True)
     save_net(net, out)
     manifest = msgspec.structs.replace(manifest, calibration=cal, dev_metrics=dev,
+                                       quantile_offsets=offsets,
                                        train_seconds=time.perf_counter() - t0)
     write_manifest(out, manifest)
     return manifest

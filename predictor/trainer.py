@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from predictor.losses import length_loss
-from predictor.model import LengthNet, NetConfig
+from predictor.model import LengthEnsemble, LengthNet, Net, NetConfig
 from predictor.rows import FeatureRows
 
 
@@ -21,6 +21,9 @@ class TrainConfig:
     lr: float = 2e-3
     weight_decay: float = 1e-4
     rank_weight: float = 0.0
+    rank_loss: str = "pairwise"  # "pairwise" (RankNet) or "listnet"
+    rank_temperature: float = 1.0  # listnet: softmax temperature on log lengths
+    quantile_weight: float = 1.0  # pinball loss weight (when the net has quantile outputs)
     seed: int = 0
 
 
@@ -50,7 +53,9 @@ def fit(cfg: NetConfig, rows: FeatureRows, log_targets: np.ndarray, tc: TrainCon
             order = rng.permutation(len(rows))
             for start in range(0, len(order), tc.batch_size):
                 idx = order[start:start + tc.batch_size]
-                loss = length_loss(net(rows.batch(idx)), targets[idx], tc.rank_weight)
+                loss = length_loss(net.forward_all(rows.batch(idx)), targets[idx],
+                                   tc.rank_weight, tc.rank_loss, cfg.quantiles,
+                                   tc.quantile_weight, tc.rank_temperature)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -60,12 +65,36 @@ def fit(cfg: NetConfig, rows: FeatureRows, log_targets: np.ndarray, tc: TrainCon
     return net.eval()
 
 
-def scores(net: LengthNet, rows: FeatureRows, batch_size: int = 1024) -> np.ndarray:
+def all_outputs(net: Net, rows: FeatureRows, batch_size: int = 1024) -> np.ndarray:
+    """[N, 1 + Q]: point log-score, then the quantiles sorted ascending (no crossing)."""
     out = []
     with torch.inference_mode():
         for start in range(0, len(rows), batch_size):
-            out.append(net(rows.batch(range(start, min(len(rows), start + batch_size)))).numpy())
-    return np.concatenate(out) if out else np.zeros(0, np.float32)
+            out.append(net.forward_all(rows.batch(range(start, min(len(rows),
+                                                                    start + batch_size)))).numpy())
+    if not out:
+        return np.zeros((0, 1 + len(net.cfg.quantiles)), np.float32)
+    return sort_quantiles(np.concatenate(out))
+
+
+def sort_quantiles(outputs: np.ndarray) -> np.ndarray:
+    outputs = outputs.copy()
+    outputs[:, 1:] = np.sort(outputs[:, 1:], axis=1)
+    return outputs
+
+
+def fit_members(cfg: NetConfig, rows: FeatureRows, log_targets: np.ndarray, tc: TrainConfig,
+                desc: str = "train") -> Net:
+    """One net, or cfg.members nets seeded tc.seed, tc.seed + 1, ... averaged."""
+    if cfg.members == 1:
+        return fit(cfg, rows, log_targets, tc, desc)
+    return LengthEnsemble(cfg, [fit(cfg, rows, log_targets, replace(tc, seed=tc.seed + i),
+                                    f"{desc} {i + 1}/{cfg.members}")
+                                for i in range(cfg.members)]).eval()
+
+
+def scores(net: Net, rows: FeatureRows, batch_size: int = 1024) -> np.ndarray:
+    return all_outputs(net, rows, batch_size)[:, 0]
 
 
 def calibration(log_scores: np.ndarray, lengths: np.ndarray) -> float:

@@ -14,14 +14,10 @@ import numpy as np
 from predictor.api import PredictInput, Predictor
 from predictor.latency import batch_ms, percentiles, single_request_ms
 from predictor.metrics import quality
-from predictor.records import Record
+from predictor.records import Record, is_first_turn
 from predictor.windows import WindowExamples, window_examples
 
 _CHUNK = 256  # rows per model call: bounded memory, same results as one call
-
-
-def is_first_turn(record: Record) -> bool:
-    return sum(m.role == "user" for m in record.messages) == 1
 
 
 def log_ratio(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:

@@ -62,6 +62,11 @@ class _SchedulerCollector(Collector):
         yield CounterMetricFamily("lengthwise_prediction_fallbacks", "Jobs that got the "
                                   "fallback estimate (predictor failed or was late)",
                                   value=pstats.fallbacks)
+        yield CounterMetricFamily("lengthwise_predictor_reloads", "Predictors swapped for a "
+                                  "changed model on SIGHUP", value=pstats.reloads)
+        yield CounterMetricFamily("lengthwise_predictor_reload_failures", "Changed predictor "
+                                  "models refused on SIGHUP (the running one was kept)",
+                                  value=pstats.reload_failures)
         rep = sched.repredictor
         yield CounterMetricFamily("lengthwise_repredictions", "Remaining-length re-predictions "
                                   "applied to running jobs", value=rep.jobs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from predictor import PredictInput, default_predictor_path, load_predictor
@@ -56,6 +57,9 @@ def test_default_predictor_ships_and_ranks_sensibly() -> None:
                                       "with sections, examples and a bibliography."}])
     p_short, p_long = predictor.predict([short, long])
     assert p_short < p_long
+    (s50, s90), (l50, l90) = predictor.predict_quantiles([short, long])
+    assert s50 < s90 and l50 < l90 and s90 < l90
+    assert predictor.manifest.net.members == 3 and len(predictor.manifest.quantile_offsets) == 3
 
 
 def test_eval_cli_prints_the_report(small_train, small_proxy, capsys) -> None:
@@ -79,3 +83,38 @@ def test_frozen_encoder_option_trains_and_serves(small_train, tmp_path) -> None:
     assert predictor.encoder is not None and predictor.encoder.dim == 384
     inputs = [PredictInput.from_record(r) for r in list(read_records(small_train))[:3]]
     assert all(p >= 1.0 for p in predictor.predict(inputs))
+
+
+def test_ensemble_of_members_averages_their_outputs(small_train, tmp_path) -> None:
+    out = tmp_path / "ens"
+    assert main(["train", "--kind", "proxy", "--data", str(small_train), "--out", str(out),
+                 "--epochs", "1", "--dev-limit", "50", "--limit", "200", "--members", "2",
+                 "--seed", "3"]) == 0
+    state = _weights(out)
+    assert state["members.0.table.weight"].dtype == torch.float16
+    assert not torch.equal(state["members.0.mlp.0.weight"], state["members.1.mlp.0.weight"])
+    predictor = load_predictor(out)
+    inputs = [PredictInput.from_record(r) for r in list(read_records(small_train))[:4]]
+    x = predictor.rows(inputs).batch(range(4))
+    with torch.inference_mode():
+        each = [m.forward_all(x) for m in predictor.net.members]
+        assert torch.allclose(predictor.net.forward_all(x), (each[0] + each[1]) / 2)
+    cal = predictor.manifest.calibration
+    mean = ((each[0][:, 0] + each[1][:, 0]) / 2).double()
+    expected = [max(1.0, cal * float(torch.expm1(v))) for v in mean]
+    assert predictor.predict(inputs) == pytest.approx(expected, rel=1e-4)
+
+
+def test_fused_ensemble_matches_its_members(small_train, tmp_path) -> None:
+    out = tmp_path / "ens3"
+    assert main(["train", "--kind", "proxy", "--data", str(small_train), "--out", str(out),
+                 "--epochs", "1", "--dev-limit", "50", "--limit", "200", "--members", "3"]) == 0
+    predictor = load_predictor(out)
+    assert predictor.net._fused is not None  # the serving path
+    inputs = [PredictInput.from_record(r) for r in list(read_records(small_train))[:16]]
+    x = predictor.rows(inputs).batch(range(16))
+    with torch.inference_mode():
+        fused = predictor.net.forward_all(x)
+        plain = torch.stack([m.forward_all(x) for m in predictor.net.members]).mean(0)
+    assert fused.shape == (16, 4)
+    assert torch.allclose(fused, plain, atol=1e-5)

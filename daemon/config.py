@@ -79,6 +79,9 @@ class EngineConfig(_Section, frozen=True):
     cpu_kv_cache_gib: int = 1
     # GPU engines: fraction of device memory vLLM may use.
     gpu_memory_utilization: float = 0.9
+    # KV blocks per engine instead of what vLLM sizes from memory; 0 = vLLM's sizing. For
+    # benchmarks that need memory pressure (a CPU engine's cache is at least 1 GiB).
+    num_gpu_blocks_override: int = 0
     # Skip CUDA-graph/compile warm-up: ~20 s start-up instead of ~50 s on CPU.
     enforce_eager: bool = True
     # Lets a preempted job resume without recomputing cached prompt blocks.
@@ -313,6 +316,8 @@ def validate(config: Config, source: str) -> None:
         problems.append(f"sim.kv_capacity_tokens must be >= {SIM_KV_BLOCK_TOKENS}")
     if config.kvstore.capacity_bytes < 0:
         problems.append("kvstore.capacity_bytes must be >= 0")
+    if config.engine.num_gpu_blocks_override < 0:
+        problems.append("engine.num_gpu_blocks_override must be >= 0")
     if config.engine.max_num_seqs < 1:
         problems.append("engine.max_num_seqs must be >= 1")
     if not 1 <= config.scheduler.max_running <= config.engine.max_num_seqs:

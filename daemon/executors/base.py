@@ -72,6 +72,7 @@ class ResumeStats:
     output the engine reported, and the context tokens they had to prefill again."""
 
     resumes: int = 0
+    context_tokens: int = 0  # prompt + generated tokens of those resumes
     recomputed_tokens: int = 0  # prompt + generated tokens minus the engine's cached ones
 
 

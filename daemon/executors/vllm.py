@@ -143,6 +143,8 @@ class VLLMExecutor(Executor):
             kwargs["max_model_len"] = model.max_model_len
         if self.device.startswith("cuda"):
             kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
+        if engine.num_gpu_blocks_override:
+            kwargs["num_gpu_blocks_override"] = engine.num_gpu_blocks_override
         if kvstore:
             kwargs["kv_transfer_config"] = self._kv_transfer_config()
         return AsyncEngineArgs(**kwargs)
@@ -271,6 +273,7 @@ class VLLMExecutor(Executor):
         if job.num_dispatches > 1:
             cached = int(getattr(out, "num_cached_tokens", 0) or 0)
             self.resume_stats.resumes += 1
+            self.resume_stats.context_tokens += context_tokens
             self.resume_stats.recomputed_tokens += max(context_tokens - cached, 0)
 
     async def _generate(self, job: Job, max_new_tokens: int, engine_priority: int) -> str | None:

@@ -82,6 +82,9 @@ def _kv_families(sched: Scheduler) -> Iterator[GaugeMetricFamily | CounterMetric
     recomputed = CounterMetricFamily("lengthwise_resume_recomputed_tokens", "Prompt + "
                                      "generated tokens resumed jobs had to prefill again",
                                      labels=["executor"])
+    context = CounterMetricFamily("lengthwise_resume_context_tokens", "Prompt + generated "
+                                  "tokens of resumed dispatches (the recomputed tokens' "
+                                  "denominator)", labels=["executor"])
     stored = GaugeMetricFamily("lengthwise_kvstore_bytes", "Bytes of KV blocks held in "
                                "the executor's kvstore", labels=["executor"])
     kv_counters = {
@@ -98,6 +101,7 @@ def _kv_families(sched: Scheduler) -> Iterator[GaugeMetricFamily | CounterMetric
         totals = ex.kvstore_totals()
         failed = 0 if totals is None else totals.load_failed_tokens
         resumes.add_metric([ex.name], ex.resume_stats.resumes)
+        context.add_metric([ex.name], ex.resume_stats.context_tokens)
         recomputed.add_metric([ex.name], ex.resume_stats.recomputed_tokens + failed)
         if totals is not None:
             stored.add_metric([ex.name], totals.stored_bytes)
@@ -105,6 +109,7 @@ def _kv_families(sched: Scheduler) -> Iterator[GaugeMetricFamily | CounterMetric
             kv_counters["loaded"].add_metric([ex.name], totals.loaded_tokens)
             kv_counters["evicted"].add_metric([ex.name], totals.evicted_tokens)
     yield resumes
+    yield context
     yield recomputed
     yield stored
     yield from kv_counters.values()

@@ -43,6 +43,7 @@ def test_shipped_file_is_valid_and_documents_every_key() -> None:
     ("[engine]\ndevices = ['cpu', 'gpu0']\n", "engine.devices: 'gpu0'"),
     ("[kvstore]\nquantization = 'fp8'\n", "$.kvstore.quantization"),
     ("[kvstore]\ncapacity_bytes = -1\n", "kvstore.capacity_bytes"),
+    ("[engine]\nnum_gpu_blocks_override = -1\n", "engine.num_gpu_blocks_override"),
     ("[server\n", "malformed TOML"),
 ])
 def test_bad_files_name_the_key(text: str, names: str) -> None:

@@ -114,5 +114,7 @@ def test_preempted_job_resumes_from_kvstore_with_the_uninterrupted_answer(
     assert resumes >= 1
     # Each resume prefills only what is past its last stored whole block.
     assert 0 < recomputed <= resumes * BLOCK
+    # The resumed context: the prompt and the >= 40 tokens generated before the preemption.
+    assert daemon.metric("lengthwise_resume_context_tokens_total") >= loaded + recomputed
     assert daemon.metric("lengthwise_kvstore_bytes") > 0
     assert daemon.metric("lengthwise_kvstore_evicted_tokens_total") == 0

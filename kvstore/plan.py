@@ -12,11 +12,13 @@ from typing import Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
 
+from kvstore import decisions
 from kvstore.store import BlockIndex
 
-# kv_transfer_params key and value by which a request asks that its blocks be kept when it
-# finishes or is aborted (the daemon sets it on a job it preempts with OFFLOAD).
-PARAM = "kvstore"
+# kv_transfer_params key and value by which a request asks that its blocks be kept
+# whenever it finishes or is aborted (tests, benchmarks); the daemon instead asks at
+# abort time (kvstore.decisions).
+PARAM = decisions.PARAM
 OFFLOAD = "offload"
 
 
@@ -38,8 +40,16 @@ class _Load:
     hashes: list[bytes]
 
 
-def wants_offload(kv_transfer_params: dict[str, Any] | None) -> bool:
-    return bool(kv_transfer_params) and kv_transfer_params.get(PARAM) == OFFLOAD  # type: ignore[union-attr]
+def wants_offload(kv_transfer_params: dict[str, Any] | None,
+                  decisions_dir: str | None = None) -> bool:
+    """Whether a finishing request's blocks are to be saved: it was submitted with the
+    offload flag, or with "ask" and the daemon marked it before aborting it."""
+    if not kv_transfer_params:
+        return False
+    value = kv_transfer_params.get(PARAM)
+    if value == decisions.ASK:
+        return decisions.take_offload(decisions_dir, kv_transfer_params.get(decisions.ID))
+    return value == OFFLOAD
 
 
 class Planner:
@@ -48,6 +58,10 @@ class Planner:
         self._step = 0
         self._matched: dict[str, _Load] = {}  # the last answer per request, until allocated
         self._loads: dict[str, _Load] = {}  # allocated, to load in the step that runs it
+        # The last plan's loads: block id -> (request id, index in its load, load length),
+        # to count the tokens vLLM recomputes when the worker reports a failed load.
+        self._loading: dict[int, tuple[str, int, int]] = {}
+        self.load_failed_tokens = 0
         self._next = StepPlan()
 
     def matched_tokens(self, request_id: str, hashes: list[bytes], num_tokens: int,
@@ -87,9 +101,24 @@ class Planner:
         plan.saving_request_ids.append(request_id)
         return len(admission.stored) * self.index.block_tokens
 
+    def load_failed(self, block_ids: set[int]) -> None:
+        """The worker could not load these blocks of the last plan: vLLM recomputes each
+        affected request from its first failed block on."""
+        first_failed: dict[str, tuple[int, int]] = {}
+        for block_id in block_ids:
+            if (where := self._loading.get(block_id)) is None:
+                continue
+            request_id, position, length = where
+            earlier = first_failed.get(request_id, (length, length))[0]
+            first_failed[request_id] = (min(position, earlier), length)
+        for position, length in first_failed.values():
+            self.load_failed_tokens += (length - position) * self.index.block_tokens
+            self.index.unmark_loaded(length - position)
+
     def build(self, scheduled: list[tuple[str, list[int]]]) -> StepPlan:
         """This step's plan; `scheduled`: (request id, all its block ids) for the requests
         that start (or restart) this step, the only ones with blocks to load into."""
+        self._loading = {}
         for request_id, block_ids in scheduled:
             load = self._loads.pop(request_id, None)
             if load is None:
@@ -97,6 +126,8 @@ class Planner:
             ids = block_ids[load.first_block:load.first_block + len(load.hashes)]
             plan_loads = list(zip(load.hashes, ids, strict=True))
             self._next.loads.extend(plan_loads)
+            self._loading.update((block_id, (request_id, i, len(ids)))
+                                 for i, block_id in enumerate(ids))
             self.index.mark_loaded(load.hashes)
         self._step += 1
         plan, self._next = self._next, StepPlan()

@@ -113,6 +113,11 @@ class BlockIndex:
         self.counters.loaded_tokens += len(hashes) * self.block_tokens
         self.counters.loaded_bytes += len(hashes) * self.block_bytes
 
+    def unmark_loaded(self, num_blocks: int) -> None:
+        """Blocks counted as loaded whose load failed (vLLM computes them again)."""
+        self.counters.loaded_tokens -= num_blocks * self.block_tokens
+        self.counters.loaded_bytes -= num_blocks * self.block_bytes
+
     def _touch(self, hashes: list[bytes]) -> None:
         for block_hash in reversed(hashes):  # deepest first: least recently used of these
             if block_hash in self._lru:

@@ -17,9 +17,11 @@
 - Iteration-level preemption: a waiting job replaces the running job with the most time
   left when that time, net of the victim's resume cost (re-prefill), exceeds
   (1 + margin) x the candidate's aged time; at most `max_preemptions` per job.
-- EWT and KV residency (keep / offload / drop) for jobs holding KV: policies.alise_wait,
-  reviewed every `review_interval_s`; the decision is advice on job.kv_residency for the
-  executors and kvstore (until kvstore exists, offload is drop).
+- EWT and KV residency (keep / offload / drop) for jobs holding KV: policies.alise_wait.
+  Decided for a job when it is preempted (preempt_residency; OFFLOAD makes the executor
+  save its KV to kvstore at the abort, with [kvstore] enabled and `offload` on), and
+  reviewed every `review_interval_s` for the waiting ones (advice for placement: the
+  blocks themselves cannot move once the abort freed them).
 - Dispatch across executors: the one holding the job's kept KV if free, else the one with
   the least estimated remaining time of its running jobs.
 """
@@ -56,7 +58,8 @@ class ALISEParams(Params, frozen=True):
     # Preempted jobs per executor whose KV cache may stay on the engine (ALISE's GPU job
     # limit); the rest, by estimated wait time, are offloaded or dropped.
     max_resident_jobs: int = 4
-    # True once kvstore exists: jobs over the resident limit are offloaded, not dropped.
+    # Jobs over the resident limit are offloaded to kvstore (needs [kvstore] enabled), not
+    # dropped (recomputed on resume).
     offload: bool = False
     # Seconds between reviews of aged priorities, estimated waits and KV residency when
     # nothing else wakes the scheduler.
@@ -137,8 +140,21 @@ class ALISE(Policy):
         resume = self.cost.prefill_s(victim.num_prompt_tokens + victim.num_generated_tokens)
         return self.remaining_s(victim) - resume
 
+    def preempt_residency(self, job: Job, ctx: DispatchContext) -> KVResidency:
+        """Algorithm 2 at the moment of preemption: the job keeps its KV on the engine if
+        its executor keeps fewer than `max_resident_jobs` preempted jobs' KV, else it is
+        offloaded (or dropped). The victim sorts last: it was chosen for having the most
+        time left, so it waits longest; the held jobs' blocks cannot move any more."""
+        where = job.executor_name
+        kept = sum(1 for other in ctx.waiting if other.executor_name == where
+                   and other.kv_residency is KVResidency.KEEP and other.num_dispatches)
+        if kept < self.params.max_resident_jobs:
+            return KVResidency.KEEP
+        return KVResidency.OFFLOAD if self.params.offload else KVResidency.DROP
+
     def own_executor(self, job: Job, free: Sequence[ExecutorView]) -> ExecutorView:
-        if job.kv_residency is KVResidency.KEEP:
+        # Kept or offloaded KV is in that executor's engine (prefix cache or kvstore).
+        if job.kv_residency in (KVResidency.KEEP, KVResidency.OFFLOAD):
             for ex in free:
                 if ex.name == job.executor_name:
                     return ex

@@ -41,6 +41,9 @@ def test_shipped_file_is_valid_and_documents_every_key() -> None:
     ("[scheduler]\nplacement = 'random'\n", "scheduler.placement"),
     ("[engine]\ncpu_kv_cache_gib = 0\n", "engine.cpu_kv_cache_gib"),
     ("[engine]\ndevices = ['cpu', 'gpu0']\n", "engine.devices: 'gpu0'"),
+    ("[kvstore]\nquantization = 'fp8'\n", "$.kvstore.quantization"),
+    ("[kvstore]\ncapacity_bytes = -1\n", "kvstore.capacity_bytes"),
+    ("[engine]\nnum_gpu_blocks_override = -1\n", "engine.num_gpu_blocks_override"),
     ("[server\n", "malformed TOML"),
 ])
 def test_bad_files_name_the_key(text: str, names: str) -> None:
@@ -59,6 +62,10 @@ def test_restart_only_changes_are_named() -> None:
     old = Config()
     new = config.decode("[server]\nport = 9000\n[scheduler]\nmax_running = 2\n")
     assert config.restart_only_changes(old, new) == ["server"]
+    # Each engine loads its KV connector at start: kvstore changes need a restart.
+    kv = config.decode("[kvstore]\nenabled = true\nquantization = 'none'\n")
+    assert kv.kvstore.enabled and kv.kvstore.quantization == "none"
+    assert config.restart_only_changes(old, kv) == ["kvstore"]
 
 
 def test_tree_is_frozen() -> None:

@@ -9,7 +9,7 @@ from typing import ClassVar, Protocol
 import msgspec
 
 from daemon.core.costmodel import CostModel
-from daemon.core.job import Job
+from daemon.core.job import Job, KVResidency
 from daemon.core.waitqueue import WaitQueue
 
 
@@ -124,6 +124,12 @@ class Policy:
         `running` holds only jobs that may still be preempted (not stopping, under the bound).
         """
         return None
+
+    def preempt_residency(self, job: Job, ctx: DispatchContext) -> KVResidency:
+        """Where the KV of `job`, about to be preempted, waits for its resume; the executor
+        acts on it at the abort (OFFLOAD: saved to kvstore where the engine has one).
+        Default: KEEP, left in the engine's prefix cache."""
+        return KVResidency.KEEP
 
     def choose_executor(self, job: Job, free: Sequence[ExecutorView]) -> ExecutorView:
         """Where a job goes among executors with a free slot: the configured placement, or

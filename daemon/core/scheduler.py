@@ -16,7 +16,7 @@ from collections.abc import Callable
 from daemon.config import SchedulerConfig
 from daemon.core import guard
 from daemon.core.calibration import LengthCalibration
-from daemon.core.job import Job, JobStatus, StopRequest
+from daemon.core.job import Job, JobStatus, KVResidency, StopRequest
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
 from daemon.core.repredict import RemainingPredictor, Repredictor
 from daemon.core.stats import ExecutorStats
@@ -257,7 +257,7 @@ class Scheduler:
             victim = max(eligible, key=service)
             if service(victim) <= service(candidate):
                 return
-            self._preempt(victim)
+            self._preempt(victim, ctx)
             eligible.remove(victim)
             if not eligible:
                 return
@@ -274,11 +274,18 @@ class Scheduler:
             if victim is None or victim not in eligible:
                 return
             eligible.remove(victim)
-            self._preempt(victim)
+            self._preempt(victim, ctx)
             if not eligible:
                 return
 
-    def _preempt(self, job: Job) -> None:
+    def _preempt(self, job: Job, ctx: DispatchContext) -> None:
+        """Ask the job's executor to stop it, with the policy's word on where its KV
+        waits (read by the executor at the abort)."""
+        try:
+            job.kv_residency = self.policy.preempt_residency(job, ctx)
+        except Exception:  # a policy bug costs a recompute, never the preemption
+            log.exception("policy %s: residency of %s failed", self.policy.name, job.job_id)
+            job.kv_residency = KVResidency.DROP
         self._by_name[job.executor_name or ""].request_stop(job, StopRequest.PREEMPT)
 
     # ---- checkpoints and re-prediction --------------------------------------------------

@@ -16,6 +16,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 
@@ -44,6 +45,37 @@ class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
     num_gpu_blocks: int = 0  # KV blocks of the engine's cache (device memory or CPU)
 
 
+class KVStoreTotals(msgspec.Struct, kw_only=True):
+    """An engine's kvstore counters (kvstore.store.StoreCounters, as the connector reports
+    them through vLLM's scheduler stats) since the executor started: tokens and bytes."""
+
+    stored_bytes: int = 0  # held now (a gauge)
+    saved_tokens: int = 0
+    loaded_tokens: int = 0  # loaded into the engine instead of prefilled
+    evicted_tokens: int = 0  # dropped from the store to stay within its budget
+    load_failed_tokens: int = 0  # planned loads that failed: prefilled again
+
+    def plus(self, other: KVStoreTotals) -> KVStoreTotals:
+        """Totals over two engine lifetimes (an engine restart starts from zero); the
+        gauge is the later one's."""
+        return KVStoreTotals(
+            stored_bytes=other.stored_bytes,
+            saved_tokens=self.saved_tokens + other.saved_tokens,
+            loaded_tokens=self.loaded_tokens + other.loaded_tokens,
+            evicted_tokens=self.evicted_tokens + other.evicted_tokens,
+            load_failed_tokens=self.load_failed_tokens + other.load_failed_tokens)
+
+
+@dataclass(slots=True)
+class ResumeStats:
+    """Resumed dispatches (after a preemption, a slice or an engine failure) whose first
+    output the engine reported, and the context tokens they had to prefill again."""
+
+    resumes: int = 0
+    context_tokens: int = 0  # prompt + generated tokens of those resumes
+    recomputed_tokens: int = 0  # prompt + generated tokens minus the engine's cached ones
+
+
 class Executor(abc.ABC):
     def __init__(self, name: str, max_running: int) -> None:
         self.name = name
@@ -52,6 +84,7 @@ class Executor(abc.ABC):
         self.on_stop: OnStop = lambda job, outcome, detail: None
         # The engine's own view as it last reported it; None until it did.
         self.reported_stats: EngineStats | None = None
+        self.resume_stats = ResumeStats()
         self.on_up: Callable[[], None] = lambda: None  # the engine serves again: dispatch
         self.on_down: Callable[[], None] = lambda: None  # marked down: restart it now
         self.down_reason: str | None = None  # why the engine is out of service; None = up
@@ -190,6 +223,10 @@ class Executor(abc.ABC):
     def engine_stats(self) -> EngineStats | None:
         """What the engine last said about itself (read by /metrics at scrape time)."""
         return self.reported_stats
+
+    def kvstore_totals(self) -> KVStoreTotals | None:
+        """The engine's kvstore counters; None where no kvstore serves this executor."""
+        return None
 
     def load(self) -> float:
         """Predicted outstanding work, in tokens, of the jobs admitted here."""

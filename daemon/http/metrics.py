@@ -56,6 +56,7 @@ class _SchedulerCollector(Collector):
             for name, stats in sched.stats.items():
                 family.add_metric([name], getattr(stats, field))
             yield family
+        yield from _kv_families(sched)
         pstats = self._predictions.stats
         yield CounterMetricFamily("lengthwise_predictions", "Output-length predictions made",
                                   value=pstats.predictions)
@@ -74,6 +75,49 @@ class _SchedulerCollector(Collector):
                                   "of the iterative predictor", value=rep.batches)
         yield CounterMetricFamily("lengthwise_repredict_failures", "Re-prediction batches that "
                                   "failed or timed out (old estimates kept)", value=rep.failures)
+
+
+def _kv_families(sched: Scheduler) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """Resumes and kvstore, per executor. Recomputed tokens count what a resumed job's
+    engine prefilled again: its context minus the engine's cached tokens, plus kvstore
+    loads that failed (vLLM counts those as cached although it computes them again)."""
+    resumes = CounterMetricFamily("lengthwise_resume", "Resumed dispatches (after a "
+                                  "preemption, a slice or an engine failure) that reached "
+                                  "the engine", labels=["executor"])
+    recomputed = CounterMetricFamily("lengthwise_resume_recomputed_tokens", "Prompt + "
+                                     "generated tokens resumed jobs had to prefill again",
+                                     labels=["executor"])
+    context = CounterMetricFamily("lengthwise_resume_context_tokens", "Prompt + generated "
+                                  "tokens of resumed dispatches (the recomputed tokens' "
+                                  "denominator)", labels=["executor"])
+    stored = GaugeMetricFamily("lengthwise_kvstore_bytes", "Bytes of KV blocks held in "
+                               "the executor's kvstore", labels=["executor"])
+    kv_counters = {
+        "saved": CounterMetricFamily("lengthwise_kvstore_saved_tokens", "Tokens of KV saved "
+                                     "to kvstore by preempted jobs", labels=["executor"]),
+        "loaded": CounterMetricFamily("lengthwise_kvstore_loaded_tokens", "Tokens of KV "
+                                      "loaded from kvstore instead of prefilled",
+                                      labels=["executor"]),
+        "evicted": CounterMetricFamily("lengthwise_kvstore_evicted_tokens", "Tokens of KV "
+                                       "evicted from kvstore to stay within its budget",
+                                       labels=["executor"]),
+    }
+    for ex in sched.executors:
+        totals = ex.kvstore_totals()
+        failed = 0 if totals is None else totals.load_failed_tokens
+        resumes.add_metric([ex.name], ex.resume_stats.resumes)
+        context.add_metric([ex.name], ex.resume_stats.context_tokens)
+        recomputed.add_metric([ex.name], ex.resume_stats.recomputed_tokens + failed)
+        if totals is not None:
+            stored.add_metric([ex.name], totals.stored_bytes)
+            kv_counters["saved"].add_metric([ex.name], totals.saved_tokens)
+            kv_counters["loaded"].add_metric([ex.name], totals.loaded_tokens)
+            kv_counters["evicted"].add_metric([ex.name], totals.evicted_tokens)
+    yield resumes
+    yield context
+    yield recomputed
+    yield stored
+    yield from kv_counters.values()
 
 
 class _EngineCollector(Collector):

@@ -9,8 +9,16 @@ import pytest
 import pytest_asyncio
 
 from daemon.config import SchedulerConfig, SimConfig
-from daemon.core.job import Job, JobEnd, JobStatus, SamplingSpec, TokenDelta
-from daemon.core.policy import Policy
+from daemon.core.job import (
+    Job,
+    JobEnd,
+    JobStatus,
+    KVResidency,
+    SamplingSpec,
+    StopRequest,
+    TokenDelta,
+)
+from daemon.core.policy import DispatchContext, Policy
 from daemon.core.scheduler import NotAccepting, QueueFull, Scheduler
 from daemon.executors.sim import SimExecutor
 from policies.fcfs import FCFS
@@ -120,6 +128,13 @@ class EveryJobPreempts(Policy):
         return fresh[0] if fresh else None
 
 
+class PreemptsAndOffloads(EveryJobPreempts):
+    name = "test-offload"
+
+    def preempt_residency(self, job: Job, ctx: DispatchContext) -> KVResidency:
+        return KVResidency.OFFLOAD
+
+
 class SlicesOfFive(FCFS):
     name = "test-slices"
 
@@ -164,3 +179,26 @@ async def test_drain_waits_for_running_jobs(harness: Harness) -> None:
     assert await harness.scheduler.drain(timeout_s=10)
     assert all(job.status == JobStatus.FINISHED for job in jobs)
     assert not harness.scheduler.accepting
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("harness", [PreemptsAndOffloads()], indirect=True)
+async def test_the_executor_sees_the_residency_when_asked_to_preempt(harness: Harness) -> None:
+    """The policy's KEEP / OFFLOAD / DROP is on the job before the executor stops it (the
+    vLLM executor reads it at the abort)."""
+    ex = harness.scheduler.executors[0]
+    seen: list[KVResidency | None] = []
+    stop = ex.request_stop
+
+    def record(job: Job, why: StopRequest) -> None:
+        if why is StopRequest.PREEMPT:
+            seen.append(job.kv_residency)
+        stop(job, why)
+
+    ex.request_stop = record  # type: ignore[method-assign]
+    jobs = [harness.job(max_tokens=200) for _ in range(3)]
+    harness.submit(*jobs[:2])
+    await asyncio.sleep(0.02)
+    harness.submit(jobs[2])
+    await asyncio.gather(*(outputs(job) for job in jobs))
+    assert seen and all(residency is KVResidency.OFFLOAD for residency in seen)

@@ -62,3 +62,24 @@ def test_evictions_reach_the_worker_before_the_saves_that_replace_them() -> None
     planner.finished("b", second, 8, [2, 3], offload=True)
     plan = planner.build([])
     assert plan.drops == first[::-1] and [h for h, _ in plan.saves] == first + second
+
+
+def test_failed_loads_count_the_tokens_vllm_computes_again() -> None:
+    planner = _planner()
+    tokens = list(range(17))
+    hashes = chain_hashes(tokens, BLOCK)  # 4 whole blocks
+    planner.finished("old", hashes, 17, [0, 1, 2, 3], offload=True)
+    planner.build([])
+    assert planner.matched_tokens("new", hashes, 17, 0) == 16
+    planner.allocated("new", 16)
+    plan = planner.build([("new", [20, 21, 22, 23, 24])])
+    assert [block_id for _, block_id in plan.loads] == [20, 21, 22, 23]
+    assert planner.index.counters.loaded_tokens == 4 * BLOCK
+    # Blocks 22 and 23 fail: vLLM recomputes from block 22 on (2 blocks); an id that was
+    # no load of this plan changes nothing.
+    planner.load_failed({23, 22, 99})
+    assert planner.load_failed_tokens == 2 * BLOCK
+    assert planner.index.counters.loaded_tokens == 2 * BLOCK
+    planner.build([])
+    planner.load_failed({20})  # reported after its step: no longer this plan's
+    assert planner.load_failed_tokens == 2 * BLOCK

@@ -152,3 +152,36 @@ def test_alise_runs_in_the_sim_with_residency_advice() -> None:
     assert sum(j.num_preemptions for j in result.jobs) > 0
     assert any(j.kv_residency is not None for j in result.jobs)
     assert not any(math.isnan(j.estimated_wait_s or 0.0) for j in result.jobs)
+
+
+@pytest.mark.parametrize(("offload", "spill"), [(True, KVResidency.OFFLOAD),
+                                                 (False, KVResidency.DROP)])
+def test_preemption_keeps_kv_up_to_the_limit_then_offloads_or_drops(
+        offload: bool, spill: KVResidency) -> None:
+    policy = ALISE(ALISEParams(max_resident_jobs=1, offload=offload), COST)
+    victim = job("v", predicted=900.0, generated=30, status=JobStatus.RUNNING)
+    ex0 = FakeExecutor("sim0", max_running=1).admit(victim)
+    held_elsewhere = job("h1", generated=5, executor="sim1", dispatches=1)
+    held_elsewhere.kv_residency = KVResidency.KEEP
+    ctx = context(policy, [held_elsewhere], [ex0, FakeExecutor("sim1")])
+    assert policy.preempt_residency(victim, ctx) is KVResidency.KEEP  # sim0 keeps none yet
+    held_here = job("h0", generated=5, executor="sim0", dispatches=1)
+    held_here.kv_residency = KVResidency.KEEP
+    ctx = context(policy, [held_elsewhere, held_here], [ex0, FakeExecutor("sim1")])
+    assert policy.preempt_residency(victim, ctx) is spill
+    # Offloaded KV lives in that executor's kvstore: the resume goes back there if free.
+    victim.kv_residency, victim.status = spill, JobStatus.WAITING
+    ex0.running.clear()
+    ex1 = FakeExecutor("sim1", max_running=1)
+    chosen = policy.choose_executor(victim, [ex1, ex0])
+    assert chosen is (ex0 if spill is KVResidency.OFFLOAD else ex1)
+
+
+def test_preempted_jobs_carry_the_policys_residency_in_the_sim() -> None:
+    params = PoliciesConfig(alise=ALISEParams(max_resident_jobs=0, offload=True))
+    workload = [Spec(0.0, 50, 400, predicted=400.0)] + [
+        Spec(0.05 + 0.01 * i, 20, 10, predicted=10.0) for i in range(3)]
+    result = harness.run(harness.make_config("alise", max_running=1, policies=params),
+                         workload)
+    preempted = [j for j in result.jobs if j.num_preemptions]
+    assert preempted and all(j.kv_residency is KVResidency.OFFLOAD for j in preempted)

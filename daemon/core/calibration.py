@@ -7,9 +7,10 @@ look-ahead guard's start estimates, wait estimates. Measured in the simulator
 (docs/policies.md): with predictions 4x too long, the guard misjudges which deadlines are at
 risk; on the right scale it holds p99 at FCFS's for a larger mean gain.
 
-The scale is the geometric mean (an EWMA of log(actual / first prediction)) over jobs that
-stopped by themselves; a job cut by its budget only says its length is at least that, so it
-is not counted. Until `MIN_SAMPLES` jobs are seen the scale is 1.
+The scale is the geometric mean (an EWMA of log(actual / first prediction)) over jobs whose
+true length is known (`Job.observed_output_tokens`: stopped by themselves, or forced to their
+budget with ignore_eos); a job cut by its budget otherwise only says its length is at least
+that, so it is not counted. Until `MIN_SAMPLES` jobs are seen the scale is 1.
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ class LengthCalibration:
         return math.exp(self._log_mean) if self.samples >= MIN_SAMPLES else 1.0
 
     def observe(self, job: Job) -> None:
-        """A job ended: learn from it if it stopped by itself after a prediction."""
+        """A job ended: learn from it if it was predicted and its true length is known."""
         first = job.initial_prediction
-        if job.finish_reason != "stop" or first is None or job.num_generated_tokens <= 0:
+        actual = job.observed_output_tokens
+        if first is None or actual is None or actual <= 0:
             return
-        ratio = math.log(job.num_generated_tokens / max(first, 1.0))
+        ratio = math.log(actual / max(first, 1.0))
         ratio = min(max(ratio, -_MAX_LOG), _MAX_LOG)
         self._log_mean = ratio if self.samples == 0 else \
             self._log_mean + WEIGHT * (ratio - self._log_mean)

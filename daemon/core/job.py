@@ -129,6 +129,24 @@ class Job:
         return self.predicted_output_tokens
 
     @property
+    def observed_output_tokens(self) -> int | None:
+        """The answer's true length, when this job's end reveals it; None when censored.
+
+        Known: the job stopped by itself ("stop"), or it ran with ignore_eos until its
+        max_tokens budget ran out (a forced length, as benchmarks replay traces: the budget is
+        the truth). Censored: cut by its budget without ignore_eos (the answer is at least that
+        long), aborted, failed, or not ended. The one rule for everything that compares a
+        prediction with the truth (the prediction-error metric, length calibration)."""
+        if self.status != JobStatus.FINISHED:
+            return None
+        if self.finish_reason == "stop":
+            return self.num_generated_tokens
+        if (self.finish_reason == "length" and self.sampling.ignore_eos
+                and self.num_remaining_budget_tokens <= 0):
+            return self.num_generated_tokens
+        return None
+
+    @property
     def predicted_remaining_tokens(self) -> float:
         """Predicted tokens still to come; the budget when there is no prediction."""
         return self.predicted_remaining(1.0)

@@ -153,8 +153,9 @@ class Metrics:
         self.prediction_s = Histogram("lengthwise_prediction_batch_seconds", "Time of one "
                                       "predictor call (a micro-batch)", buckets=_TPOT_BUCKETS,
                                       registry=self.registry)
-        # log2(predicted / actual) for jobs that ended by themselves: 0 is perfect, +1 means
-        # predicted twice too long; cut jobs (max_tokens) have no true length to compare.
+        # log2(first prediction / true length) for jobs whose true length is known (stopped
+        # by themselves, or forced to max_tokens with ignore_eos): 0 is perfect, +1 means
+        # predicted twice too long; jobs cut by max_tokens otherwise have no truth to compare.
         self.prediction_error = Histogram("lengthwise_prediction_log2_ratio",
                                           "log2(predicted / actual output tokens)",
                                           buckets=_RATIO_BUCKETS, registry=self.registry)
@@ -179,8 +180,9 @@ class Metrics:
         self.jct.labels(executor).observe(job.finish_time - job.arrival_time)
         # The first prediction: re-predictions and demotions revise it on the way.
         predicted = job.initial_prediction
-        if job.finish_reason == "stop" and predicted is not None:
-            ratio = predicted / max(job.num_generated_tokens, 1)
+        actual = job.observed_output_tokens
+        if predicted is not None and actual is not None:
+            ratio = predicted / max(actual, 1)
             self.prediction_error.observe(math.log2(max(ratio, 1e-6)))
         if job.num_generated_tokens > 1:
             decode_s = job.finish_time - job.first_token_time

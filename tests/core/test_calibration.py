@@ -6,15 +6,18 @@ import msgspec
 import pytest
 
 from daemon.core.calibration import MIN_SAMPLES, LengthCalibration
-from daemon.core.job import Job
+from daemon.core.job import Job, JobStatus
 from tests.policies import harness
 from tests.policies.harness import Spec
 
 
-def _ended(i: int, predicted: float, generated: int, reason: str) -> Job:
-    job = harness.make_job(i, Spec(0.0, 8, generated, predicted=predicted))
+def _ended(i: int, predicted: float, generated: int, reason: str,
+           ignore_eos: bool = False) -> Job:
+    job = harness.make_job(i, Spec(0.0, 8, generated, predicted=predicted,
+                                   max_tokens=generated if reason == "length" else 4096,
+                                   ignore_eos=ignore_eos))
     job.generated_token_ids = [1] * generated
-    job.finish_reason = reason
+    job.end(JobStatus.ABORTED if reason == "abort" else JobStatus.FINISHED, 1.0, reason)
     return job
 
 
@@ -37,6 +40,16 @@ def test_budget_cut_and_unpredicted_jobs_teach_nothing() -> None:
         no_prediction.predicted_output_tokens = None
         cal.observe(no_prediction)
     assert cal.samples == 0 and cal.scale == 1.0
+
+
+def test_forced_lengths_teach_the_scale() -> None:
+    """ignore_eos + max_tokens (a benchmark replaying a trace): the budget is the truth."""
+    cal = LengthCalibration()
+    for i in range(MIN_SAMPLES):
+        cal.observe(_ended(i, 400.0, 100, "length", ignore_eos=True))
+        cal.observe(_ended(i, 400.0, 100, "abort", ignore_eos=True))  # censored still
+    assert cal.samples == MIN_SAMPLES
+    assert cal.scale == pytest.approx(0.25)
 
 
 def test_the_first_prediction_counts_not_a_later_revision() -> None:
@@ -63,6 +76,20 @@ def test_scheduler_scales_the_policy_by_what_finished_jobs_showed(calibrate: boo
     assert policy.length_scale == pytest.approx(0.25 if calibrate else 1.0, rel=0.05)
     fresh = harness.make_job(99, Spec(0.0, 20, 40, predicted=160.0))
     assert policy.remaining_tokens(fresh) == pytest.approx(160.0 * policy.length_scale)
+
+
+@pytest.mark.parametrize("ignore_eos", [True, False])
+def test_scheduler_calibrates_on_forced_lengths(ignore_eos: bool) -> None:
+    """Every job ends by its budget (the sim's natural length is far longer): forced
+    (ignore_eos) the budget is the truth and the scale is learned; unforced it is a cut and
+    teaches nothing."""
+    workload = [Spec(0.05 * i, 20, 1000, predicted=4.0 * (10 + i % 7), max_tokens=10 + i % 7,
+                     ignore_eos=ignore_eos) for i in range(60)]
+    config = harness.make_config("ssjf", max_running=2)
+    result = harness.run(config, workload)
+    assert all(job.finish_reason == "length" for job in result.jobs)
+    assert result.scheduler.policy.length_scale == pytest.approx(0.25 if ignore_eos else 1.0,
+                                                                 rel=0.05)
 
 
 @pytest.mark.parametrize("trust", [True, False])

@@ -148,10 +148,15 @@ async def test_metrics_count_tokens_and_latencies(
     for _ in range(3):
         await http.post("/v1/chat/completions", json={"model": MODEL, "messages": HELLO,
                                                       "max_tokens": 7, "ignore_eos": True})
+    # Cut by its budget (the sim's answers are >= 16 tokens): no true length to compare.
+    await http.post("/v1/chat/completions", json={"model": MODEL, "messages": HELLO,
+                                                  "max_tokens": 5})
     await http.post("/v1/chat/completions", content=b"{")
     text = (await http.get("/metrics")).text
-    assert 'lengthwise_tokens_generated_total{executor="sim0"} 21.0' in text
-    assert 'lengthwise_jct_seconds_count{executor="sim0"} 3.0' in text
+    assert 'lengthwise_tokens_generated_total{executor="sim0"} 26.0' in text
+    assert 'lengthwise_jct_seconds_count{executor="sim0"} 4.0' in text
+    # The forced lengths (ignore_eos + max_tokens) are the truth the predictions are held to.
+    assert "lengthwise_prediction_log2_ratio_count 3.0" in text
     assert 'lengthwise_http_errors_total{status="400",type="invalid_request_error"} 1.0' in text
     assert "lengthwise_queue_depth 0.0" in text
     assert "lengthwise_prediction_scale 1.0" in text  # nothing learned yet

@@ -31,6 +31,7 @@ class Spec:
     max_tokens: int = 4096
     abort_at_s: float | None = None
     seed: int | None = None  # with the default temperature (1.0): a seeded random sample
+    ignore_eos: bool = False  # forced length: runs to max_tokens whatever true_tokens says
 
 
 @dataclass(slots=True)
@@ -104,7 +105,8 @@ def make_config(policy: str, *, max_running: int = 2, promote_after_s: float | N
 def make_job(i: int, spec: Spec) -> Job:
     prompt = [(i * 31 + k) % 1000 + 1 for k in range(spec.prompt_tokens)]
     return Job(job_id=f"j{i:03d}", prompt_token_ids=prompt,
-               sampling=SamplingSpec(max_tokens=spec.max_tokens, seed=spec.seed),
+               sampling=SamplingSpec(max_tokens=spec.max_tokens, seed=spec.seed,
+                                     ignore_eos=spec.ignore_eos),
                arrival_time=spec.arrival_s,
                priority=spec.priority, predicted_output_tokens=spec.predicted,
                true_output_tokens=spec.true_tokens)

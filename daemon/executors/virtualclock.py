@@ -23,8 +23,11 @@ class _JumpingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-ty
         if ready or timeout == 0:
             return ready
         if timeout is None or self.clock is None:
+            if self.clock is not None:
+                self.clock.real_waits += 1
             return super().select(timeout)  # nothing scheduled: wait for real I/O
         self.clock.virtual_now += timeout
+        self.clock.jumped_s += timeout
         return []
 
 
@@ -32,6 +35,8 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
     def __init__(self) -> None:
         selector = _JumpingSelector()
         self.virtual_now = 0.0  # seconds since the loop was made
+        self.jumped_s = 0.0  # virtual seconds the clock jumped instead of sleeping
+        self.real_waits = 0  # times the loop blocked on real I/O (nothing was scheduled)
         super().__init__(selector)
         selector.clock = self
         # Timers due within this are run: asyncio's default (the monotonic clock's 1 ns) is

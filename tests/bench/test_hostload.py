@@ -31,10 +31,11 @@ def test_meter_splits_server_client_and_other() -> None:
         other.kill()
         for proc in (server, other):
             proc.wait()
-    # Each spinner wants a full core; on a small machine they share, so ask for half.
-    assert share.server_cores > 0.4, share
-    assert share.client_cores > 0.4, share
-    assert share.other_cores > 0.3, share
+    # Each spinner wants a full core; on a loaded 2-core machine (CI, other jobs) three
+    # spinners may get a fifth of a core each, so ask only that each is seen, in its place.
+    assert share.server_cores > 0.1, share
+    assert share.client_cores > 0.1, share
+    assert share.other_cores > 0.1, share
     assert share.contaminated
     assert "other" in share.describe()
 

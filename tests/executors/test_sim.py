@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import asyncio
-import time
+
+import pytest
 
 from daemon.config import SchedulerConfig, SimConfig
 from daemon.core.job import Job, JobEnd, SamplingSpec, TokenDelta
@@ -41,13 +42,15 @@ async def _simulate(num_jobs: int, max_tokens: int) -> tuple[float, list[list[in
 
 
 def test_virtual_clock_never_sleeps() -> None:
-    """10 minutes of simulated serving (1,200 arrivals) in a few seconds of wall time."""
-    started = time.monotonic()
+    """10 minutes of simulated serving (1,200 arrivals): every wait is a jump of the virtual
+    clock, never a real sleep (how fast that runs is a benchmark's business, not a test's)."""
     with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
         virtual_s, tokens = runner.run(_simulate(1200, 200))
-    wall_s = time.monotonic() - started
+        loop = runner.get_loop()
+        assert isinstance(loop, VirtualClockLoop)
     assert virtual_s >= 600
-    assert wall_s < 30, f"{wall_s:.1f} s of wall time for {virtual_s:.0f} s simulated"
+    assert loop.real_waits == 0
+    assert loop.jumped_s == pytest.approx(virtual_s)  # all of it jumped over, none slept
     assert all(len(t) == 200 for t in tokens)
 
 

@@ -22,6 +22,10 @@ class FleetResults(msgspec.Struct, kw_only=True):
     max_running: int  # slots per executor
     arrivals: str
     lengths: str
+    # Requests per executor (size N serves the first N x per_executor of the window); None:
+    # every size serves the same `num` requests.
+    per_executor: int | None = None
+    num: int = 0  # requests in the trace window built (the largest size's, per executor)
     load: float  # offered rate / measured capacity, per executor
     capacity_rps: float  # one executor's completed req/s under a backlog (FCFS)
     per_executor_rps: float  # load x capacity: the rate each size is scaled by
@@ -83,7 +87,9 @@ def table(res: FleetResults) -> str:
 def title(res: FleetResults) -> str:
     return (f"{res.policy} ({res.predictor}), {res.profile}, {res.max_running} slots per "
             f"executor, {res.arrivals.rsplit('/', 1)[-1]}; load {res.load:g} of "
-            f"{res.capacity_rps:.3g} req/s per executor ({res.per_executor_rps:.3g} req/s)")
+            f"{res.capacity_rps:.3g} req/s per executor ({res.per_executor_rps:.3g} req/s); "
+            + (f"{res.per_executor} requests per executor" if res.per_executor else
+               f"the same {res.num} requests at every size"))
 
 
 def summary_lines(res: FleetResults) -> list[str]:

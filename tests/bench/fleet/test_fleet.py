@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import msgspec
@@ -10,7 +11,7 @@ import pytest
 from bench.cli import main
 from bench.fleet.cli import mean_rate
 from bench.fleet.report import FleetResults, saturation_size, vs_linear
-from bench.fleet.run import capacity_rps, steady_throughput
+from bench.fleet.run import capacity_rps, steady_throughput, window_arrival_rps
 from bench.metrics import RequestResult
 from bench.sim import SimOptions
 from bench.sim.overrides import build_config
@@ -40,6 +41,8 @@ def test_steady_throughput_leaves_out_fill_and_drain() -> None:
                              ok=True, ttft_s=1.0, jct_s=3.0) for i in range(101)]
     rps, tps = steady_throughput(results)
     assert rps == pytest.approx(1.0, rel=0.02) and tps == pytest.approx(7.0, rel=0.02)
+    # The arrivals in the same window (25 s to 100 s): 76 over 75 s.
+    assert window_arrival_rps([r.arrival_s for r in results]) == pytest.approx(76 / 75)
 
 
 def test_fleet_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,12 +85,14 @@ def test_per_executor_serves_k_requests_per_executor_at_the_scaled_rate(
             "--placements", "predicted,least_queue",
             "--profile", str(Path("bench/profiles/tiny-llama-cpu.json")), "--max-running", "2"]
     assert main(argv) == 0
-    assert "12 requests per executor" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "12 requests per executor" in printed and "| vs arrivals |" in printed
     res = msgspec.json.decode((out / "fleet.json").read_bytes(), type=FleetResults)
     assert res.per_executor == 12 and res.num == 36 and len(res.points) == 2 * 2
     for p in res.points:  # the first N x K requests, every one served
         assert p.summary.n_completed == 12 * p.executors and p.summary.n_failed == 0
         assert p.offered_rps == pytest.approx(p.executors * res.per_executor_rps)
+        assert 0 < p.window_arrival_rps < math.inf
     assert main([*argv[:3], "--per-executor", "1", *argv[5:]]) == 2
 
 

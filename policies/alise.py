@@ -158,8 +158,10 @@ class ALISE(Policy):
             for ex in free:
                 if ex.name == job.executor_name:
                     return ex
-        return min(free, key=lambda ex: (sum(self.remaining_s(j) for j in ex.running.values()),
-                                         len(ex.running)))
+        # Least estimated remaining time of the running jobs: Σ remaining_s over them (all
+        # RUNNING: no prefill), from the executor's running totals, O(1) per executor.
+        return min(free, key=lambda ex: (self.cost.decode_total_s(
+            ex.load(), ex.context_reads(), self.batch_hint), len(ex.running)))
 
     # ---- review: estimated waits and KV residency ---------------------------------------
 

@@ -8,12 +8,20 @@ conversation trace for arrivals and lengths, ssjf with noisy-oracle predictions 
 --calibrate-num requests). Every size serves the same --num requests (one window of the
 trace), their arrival times rescaled to N x the per-executor rate: sizes differ only in
 the fleet, and a larger fleet simulates a shorter span.
+
+    lengthwise bench fleet --per-executor 150 --out out/fleet-steady
+
+--per-executor K: size N serves the first N x K requests of one trace window (consecutive
+rows, largest size's count drawn once), rescaled so that their own mean rate is N x the
+per-executor rate: every size simulates about the same span, long enough for a steady
+state at every size when K is (throughput vs linear), at the price of runs that grow with N.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -50,6 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="offered rate per executor as a share of one executor's capacity")
     p.add_argument("--per-executor-rate", type=float, default=None,
                    help="req/s per executor (skips measuring the capacity)")
+    p.add_argument("--per-executor", type=int, default=None, metavar="K",
+                   help="K requests per executor: size N serves the first N x K requests "
+                   "of the trace window at N x the per-executor rate (replaces --num)")
     p.add_argument("--calibrate-num", type=int, default=600,
                    help="backlog that measures one executor's capacity")
     p.add_argument("--predictor", default="noisy-oracle:0.8", help=PREDICTORS)
@@ -77,6 +88,13 @@ def _requests(args: argparse.Namespace) -> tuple[list[workload.Request], list[fl
     return [msgspec.structs.replace(r, messages=[]) for r in requests], preds
 
 
+def mean_rate(requests: Sequence[workload.Request]) -> float:
+    """Arrivals per second over the requests' own span (1 without a span: the window was
+    built at 1 req/s)."""
+    span = requests[-1].arrival_s - requests[0].arrival_s if requests else 0.0
+    return (len(requests) - 1) / span if span > 0 else 1.0
+
+
 def run_fleet(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
@@ -89,6 +107,11 @@ def run_fleet(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"lengthwise bench fleet: {exc}", file=sys.stderr)
         return 2
+    if args.per_executor is not None:
+        if args.per_executor < 2:
+            print("lengthwise bench fleet: --per-executor must be >= 2", file=sys.stderr)
+            return 2
+        args.num = max(max(args.sizes) * args.per_executor, args.calibrate_num)
     requests, preds = _requests(args)
     rate = args.per_executor_rate
     capacity = float("nan")
@@ -99,15 +122,20 @@ def run_fleet(args: argparse.Namespace) -> int:
               f"per executor is load {args.load:g}", file=sys.stderr)
     jobs = []
     for n in sorted(args.sizes, reverse=True):  # the costliest runs start first
-        at_rate = workload.at_rate(requests, 1.0, n * rate)
-        jobs += [(binding, placement, n * rate, at_rate, preds, _options(args, config, n))
+        mine, my_preds, built_at = requests, preds, 1.0
+        if args.per_executor is not None:  # a head of the window: its own mean rate
+            mine, my_preds = requests[:n * args.per_executor], preds[:n * args.per_executor]
+            built_at = mean_rate(mine)
+        at_rate = workload.at_rate(mine, built_at, n * rate)
+        jobs += [(binding, placement, n * rate, at_rate, my_preds, _options(args, config, n))
                  for binding in bindings for placement in placements]
     points: list[FleetPoint] = run_pool(run_point, jobs, args.workers, desc="fleet runs")
     res = report.FleetResults(
         policy=config.scheduler.policy, predictor=args.predictor, profile=args.profile.stem,
         max_running=config.scheduler.max_running, arrivals=args.arrivals,
-        lengths=args.lengths, load=args.load if args.per_executor_rate is None else float(
-            "nan"), capacity_rps=capacity, per_executor_rps=rate, points=points)
+        lengths=args.lengths, per_executor=args.per_executor, num=args.num,
+        load=args.load if args.per_executor_rate is None else float("nan"),
+        capacity_rps=capacity, per_executor_rps=rate, points=points)
     _write(res, args.out)
     return 0
 

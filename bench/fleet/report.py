@@ -22,6 +22,10 @@ class FleetResults(msgspec.Struct, kw_only=True):
     max_running: int  # slots per executor
     arrivals: str
     lengths: str
+    # Requests per executor (size N serves the first N x per_executor of the window); None:
+    # every size serves the same `num` requests.
+    per_executor: int | None = None
+    num: int = 0  # requests in the trace window built (the largest size's, per executor)
     load: float  # offered rate / measured capacity, per executor
     capacity_rps: float  # one executor's completed req/s under a backlog (FCFS)
     per_executor_rps: float  # load x capacity: the rate each size is scaled by
@@ -64,15 +68,17 @@ def saturation_size(points: Sequence[FleetPoint], label: str, share: str = "disp
 def table(res: FleetResults) -> str:
     lin, rel = vs_linear(res.points), vs_baseline(res.points)
     head = ("| executors | binding:placement | offered req/s | req/s | out tok/s | vs linear "
+            "| vs arrivals "
             "| mean JCT s | p99 JCT s | mean TTFT s | p99 TTFT s | mean JCT vs least_queue "
             "| rounds/sim s | CPU µs/round mean (p99) | dispatcher busy | sim wall s "
             "| sim CPU s/sim s |")
-    lines = [head, "|" + "---|" * 16]
+    lines = [head, "|" + "---|" * 17]
     for p in sorted(res.points, key=lambda q: (q.executors, q.label)):
         s, key = p.summary, (p.executors, p.label)
         lines.append(
             f"| {p.executors} | {p.label} | {p.offered_rps:.1f} | {p.steady_rps:.1f} "
-            f"| {p.steady_tps:.0f} | {lin[key]:.3f} | {s.mean_jct:.2f} | {s.p99_jct:.2f} "
+            f"| {p.steady_tps:.0f} | {lin[key]:.3f} | {p.steady_rps / p.window_arrival_rps:.3f} "
+            f"| {s.mean_jct:.2f} | {s.p99_jct:.2f} "
             f"| {s.mean_ttft:.2f} | {s.p99_ttft:.2f} | {rel[key]:.2f}x "
             f"| {p.rounds / p.virtual_s:.0f} | {p.round_cpu_mean_us:.0f} "
             f"({p.round_cpu_p99_us:.0f}) | {100 * p.dispatcher_busy:.2f} % "
@@ -83,7 +89,9 @@ def table(res: FleetResults) -> str:
 def title(res: FleetResults) -> str:
     return (f"{res.policy} ({res.predictor}), {res.profile}, {res.max_running} slots per "
             f"executor, {res.arrivals.rsplit('/', 1)[-1]}; load {res.load:g} of "
-            f"{res.capacity_rps:.3g} req/s per executor ({res.per_executor_rps:.3g} req/s)")
+            f"{res.capacity_rps:.3g} req/s per executor ({res.per_executor_rps:.3g} req/s); "
+            + (f"{res.per_executor} requests per executor" if res.per_executor else
+               f"the same {res.num} requests at every size"))
 
 
 def summary_lines(res: FleetResults) -> list[str]:

@@ -26,6 +26,9 @@ class FleetPoint(msgspec.Struct, kw_only=True):
     summary: Summary  # its throughputs are over the makespan, drain included
     steady_rps: float  # completions per second from 25 % to 100 % of the arrival span
     steady_tps: float  # their output tokens per second
+    # Arrivals per second in that same window: what steady_rps should match if the fleet
+    # keeps up (a trace's rate varies along it, so it is not always offered_rps).
+    window_arrival_rps: float = math.nan
     virtual_s: float  # simulated seconds: first arrival to last completion
     wall_s: float  # the simulation's wall time, in its worker
     cpu_s: float  # its CPU time: core, policy, executors' token path, simulated engines
@@ -69,10 +72,12 @@ def run_point(binding: str, placement: str, offered_rps: float,
         (r.arrival_s for r in run.results), default=0.0)
     cpu = np.array([c for _, _, c in run.rounds]) * 1e6
     rps, tps = steady_throughput(run.results)
+    arrivals = window_arrival_rps([r.arrival_s for r in run.results])
     return FleetPoint(
         executors=opts.executors, binding=binding, placement=placement,
         offered_rps=offered_rps,
         summary=summarize(run.results), steady_rps=rps, steady_tps=tps,
+        window_arrival_rps=arrivals,
         virtual_s=virtual, wall_s=run.wall_s, cpu_s=run.cpu_s,
         rounds=len(cpu), round_cpu_mean_us=float(cpu.mean()) if len(cpu) else 0.0,
         round_cpu_p99_us=float(np.percentile(cpu, 99)) if len(cpu) else 0.0,
@@ -91,6 +96,14 @@ def steady_throughput(results: Sequence[RequestResult], warmup: float = 0.25
     if span <= 0:
         return math.nan, math.nan
     return len(done) / span, sum(r.output_tokens for r in done) / span
+
+
+def window_arrival_rps(arrivals: Sequence[float], warmup: float = 0.25) -> float:
+    """Arrivals per second in steady_throughput's window (`warmup` of the span to its end)."""
+    end = max(arrivals)
+    start = warmup * end
+    span = end - start
+    return sum(start <= t <= end for t in arrivals) / span if span > 0 else math.nan
 
 
 def capacity_rps(requests: Sequence[workload.Request], opts: SimOptions) -> float:

@@ -62,6 +62,12 @@ class CostModel:
         mean_context = context_tokens + (out_tokens + 1) / 2
         return out_tokens * (per_step + self.decode_per_context_token_s * mean_context)
 
+    def decode_total_s(self, out_tokens: float, context_reads: float, batch: int) -> float:
+        """Σ decode_share_s over jobs, from two sums over them: their out_tokens and their
+        context reads, out x (context + (out + 1) / 2) each (daemon.core.work)."""
+        per_step = self.decode_base_s / max(batch, 1) + self.decode_per_seq_s
+        return out_tokens * per_step + self.decode_per_context_token_s * context_reads
+
     def wall_s(self, prefill_tokens: float, context_tokens: float, out_tokens: float,
                batch: int) -> float:
         """Seconds a job takes from launch to its last token while it decodes in a batch of

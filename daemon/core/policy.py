@@ -23,7 +23,10 @@ class ExecutorView(Protocol):
     @property
     def free_slots(self) -> int: ...
 
-    def load(self) -> float: ...
+    def load(self) -> float: ...  # predicted remaining tokens of its running jobs
+
+    # Context tokens their predicted remaining decode steps read (daemon.core.work).
+    def context_reads(self) -> float: ...
 
 
 # Picks one of the executors with a free slot for a job (daemon.core.placement).
@@ -140,7 +143,8 @@ class Policy:
 
     def own_executor(self, job: Job, free: Sequence[ExecutorView]) -> ExecutorView:
         """The policy's placement: least predicted outstanding work (sum of predicted
-        remaining tokens), fewer running jobs on a tie."""
+        remaining tokens, which each executor keeps as a running total), fewer running
+        jobs on a tie."""
         return min(free, key=lambda ex: (ex.load(), len(ex.running)))
 
     def next_assignment(self, ctx: DispatchContext) -> tuple[Job, ExecutorView] | None:

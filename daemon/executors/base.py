@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import msgspec
 
 from daemon.core.job import Job, StopRequest
+from daemon.core.work import RunningWork
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,8 @@ class Executor(abc.ABC):
         self.name = name
         self.max_running = max_running  # admission cap; the core may change it on reload
         self.running: dict[str, Job] = {}
+        # Predicted work of the running jobs, kept in step with them (load(), placement).
+        self.work = RunningWork()
         self.on_stop: OnStop = lambda job, outcome, detail: None
         # The engine's own view as it last reported it; None until it did.
         self.reported_stats: EngineStats | None = None
@@ -124,7 +127,7 @@ class Executor(abc.ABC):
             if task is current:
                 continue  # its own _drive reports it
             del self._job_tasks[job_id]
-            job = self.running.pop(job_id)
+            job = self._leave(job_id)
             task.cancel()  # no more deltas from the old run; it must not report again
             self.on_stop(job, *self._classify_evicted(job))
 
@@ -157,6 +160,8 @@ class Executor(abc.ABC):
         job.tokens_at_dispatch = job.num_generated_tokens
         job.stop_request = None
         self.running[job.job_id] = job
+        self.work.add(job)
+        job.on_work_change = self.work.update
         budget = job.num_remaining_budget_tokens
         if token_budget is not None:
             budget = min(budget, token_budget)
@@ -191,8 +196,17 @@ class Executor(abc.ABC):
             # An evicted run (mark_down) was reported already and may have been relaunched.
             if self._job_tasks.get(job.job_id) is asyncio.current_task():
                 del self._job_tasks[job.job_id]
-                self.running.pop(job.job_id, None)
+                if job.job_id in self.running:
+                    self._leave(job.job_id)
                 self.on_stop(job, outcome, detail)
+
+    def _leave(self, job_id: str) -> Job:
+        """Take a job out of the running set and out of the work total."""
+        job = self.running.pop(job_id)
+        self.work.remove(job)
+        if job.on_work_change == self.work.update:
+            job.on_work_change = None
+        return job
 
     @staticmethod
     def _classify(job: Job, reason: str | None) -> tuple[Outcome, str | None]:
@@ -229,5 +243,10 @@ class Executor(abc.ABC):
         return None
 
     def load(self) -> float:
-        """Predicted outstanding work, in tokens, of the jobs admitted here."""
-        return sum(job.predicted_remaining_tokens for job in self.running.values())
+        """Predicted outstanding work, in tokens, of the jobs admitted here: the running
+        total of their predicted_remaining_tokens (daemon.core.work), O(1)."""
+        return self.work.tokens
+
+    def context_reads(self) -> float:
+        """Context tokens the admitted jobs' predicted remaining decode steps read."""
+        return self.work.context_reads

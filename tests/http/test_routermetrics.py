@@ -120,3 +120,20 @@ async def test_no_wait_while_a_slot_is_free(service: Service) -> None:
     service.scheduler.submit(_job(service, 300))
     await _until(lambda: service.scheduler.num_running == 1)
     assert collector.estimated_wait_s() == 0.0
+
+
+@pytest.mark.asyncio
+async def test_outstanding_tokens_per_executor_is_the_placements_running_total(
+        service: Service) -> None:
+    """The metric sums the running jobs at scrape time; placement reads each executor's
+    running total (daemon.core.work). With every job predicted they are the same number."""
+    collector = RouterCollector(service)
+    for predicted in (300.5, 700.25, 50.0):
+        service.scheduler.submit(_job(service, predicted))
+    await _until(lambda: service.scheduler.num_running == 2)
+    await asyncio.sleep(0.05)  # some tokens streamed: the totals moved
+    family = collector._outstanding()  # no await between this and the totals below
+    by_name = {s.labels["executor"]: s.value for s in family.samples}
+    assert sum(ex.load() for ex in service.executors) > 0
+    for ex in service.executors:
+        assert by_name[ex.name] == pytest.approx(ex.load(), abs=1e-6)

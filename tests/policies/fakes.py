@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.policy import DispatchContext, Policy
 from daemon.core.waitqueue import WaitQueue
+from daemon.core.work import job_work
 
 
 def job(jid: str, *, prompt: int = 10, predicted: float | None = 100.0, generated: int = 0,
@@ -32,8 +33,11 @@ class FakeExecutor:
     def free_slots(self) -> int:
         return max(self.max_running - len(self.running), 0)
 
-    def load(self) -> float:
+    def load(self) -> float:  # recomputed: tests change `running` directly
         return sum(j.predicted_remaining_tokens for j in self.running.values())
+
+    def context_reads(self) -> float:
+        return sum(job_work(j)[1] for j in self.running.values())
 
     def admit(self, *jobs: Job) -> FakeExecutor:
         for j in jobs:

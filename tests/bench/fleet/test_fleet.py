@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from bench.cli import main
+from bench.fleet.cli import mean_rate
 from bench.fleet.report import FleetResults, saturation_size, vs_linear
-from bench.fleet.run import capacity_rps, steady_throughput
+from bench.fleet.run import capacity_rps, steady_throughput, window_arrival_rps
 from bench.metrics import RequestResult
 from bench.sim import SimOptions
 from bench.sim.overrides import build_config
-from bench.workload import Message, Request
+from bench.workload import Message, Request, at_rate
 from tests.bench.records import long_and_short
 
 # Every step costs 10 ms whatever the batch: a 10-token job alone takes 0.1 s.
@@ -39,6 +41,8 @@ def test_steady_throughput_leaves_out_fill_and_drain() -> None:
                              ok=True, ttft_s=1.0, jct_s=3.0) for i in range(101)]
     rps, tps = steady_throughput(results)
     assert rps == pytest.approx(1.0, rel=0.02) and tps == pytest.approx(7.0, rel=0.02)
+    # The arrivals in the same window (25 s to 100 s): 76 over 75 s.
+    assert window_arrival_rps([r.arrival_s for r in results]) == pytest.approx(76 / 75)
 
 
 def test_fleet_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,3 +73,33 @@ def test_fleet_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_fleet_refuses_a_bad_placement(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fleet", "--placements", "random"]) == 2
     assert "scheduler.placement" in capsys.readouterr().err
+
+
+def test_per_executor_serves_k_requests_per_executor_at_the_scaled_rate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    records = long_and_short(tmp_path, 80, every=6, long=120, short=15)
+    out = tmp_path / "fleet"
+    argv = ["fleet", "--sizes", "1,3", "--per-executor", "12", "--calibrate-num", "20",
+            "--arrivals", "poisson", "--lengths", f"records:{records}", "--predictor",
+            "oracle", "--workers", "1", "--out", str(out), "--bindings", "central",
+            "--placements", "predicted,least_queue",
+            "--profile", str(Path("bench/profiles/tiny-llama-cpu.json")), "--max-running", "2"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "12 requests per executor" in printed and "| vs arrivals |" in printed
+    res = msgspec.json.decode((out / "fleet.json").read_bytes(), type=FleetResults)
+    assert res.per_executor == 12 and res.num == 36 and len(res.points) == 2 * 2
+    for p in res.points:  # the first N x K requests, every one served
+        assert p.summary.n_completed == 12 * p.executors and p.summary.n_failed == 0
+        assert p.offered_rps == pytest.approx(p.executors * res.per_executor_rps)
+        assert 0 < p.window_arrival_rps < math.inf
+    assert main([*argv[:3], "--per-executor", "1", *argv[5:]]) == 2
+
+
+def test_a_head_of_the_window_is_rescaled_to_its_own_mean_rate() -> None:
+    reqs = [Request(i, t, [], 8, 50) for i, t in enumerate([0.0, 1.0, 5.0, 6.0, 30.0])]
+    head = reqs[:4]  # 3 gaps over 6 s: 0.5 req/s, where the whole window has 4 / 30 s
+    assert mean_rate(head) == pytest.approx(0.5) and mean_rate(reqs) == pytest.approx(4 / 30)
+    scaled = at_rate(head, mean_rate(head), 6.0)
+    assert mean_rate(scaled) == pytest.approx(6.0) and scaled[0].arrival_s == 0.0
+    assert mean_rate(reqs[:1]) == 1.0

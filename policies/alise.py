@@ -121,7 +121,7 @@ class ALISE(Policy):
             predicted = max(predicted, 1.0)
             while predicted <= job.num_generated_tokens:
                 predicted *= self.params.demote_factor
-            job.predicted_output_tokens = predicted
+            job.set_prediction(predicted)
         return True  # re-predict (a no-op without an iterative predictor)
 
     # ---- preemption and placement -------------------------------------------------------

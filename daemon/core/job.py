@@ -13,11 +13,6 @@ from daemon.core import stopstrings
 
 # vLLM samples greedily below this temperature (its _SAMPLING_EPS).
 _GREEDY_TEMPERATURE = 1e-5
-# Job fields that predicted_remaining_tokens and daemon.core.work.job_work read: assigning
-# one tells the job's executor (Job.on_work_change). generated_token_ids also grows in place
-# (emit), which tells it too.
-_WORK_FIELDS = frozenset({"predicted_output_tokens", "generated_token_ids", "sampling",
-                          "prompt_token_ids"})
 
 
 class JobStatus(enum.IntEnum):
@@ -112,16 +107,16 @@ class Job:
     held_text: str = ""
     outputs: asyncio.Queue[TokenDelta | JobEnd] = field(default_factory=asyncio.Queue)
     # Set by the executor running the job: called whenever what the job's predicted work
-    # depends on changes (a delta, a new prediction), to keep its running total
-    # (daemon.core.work) in step.
+    # depends on changes (a delta in emit, a new prediction in set_prediction), to keep its
+    # running total (daemon.core.work) in step.
     on_work_change: Callable[[Job], None] | None = None
 
-    def __setattr__(self, name: str, value: object) -> None:
-        object.__setattr__(self, name, value)
-        if name in _WORK_FIELDS:
-            watcher = getattr(self, "on_work_change", None)  # unset while __init__ runs
-            if watcher is not None:
-                watcher(self)
+    def set_prediction(self, tokens: float | None) -> None:
+        """Replace the predicted output length (a late first estimate, a re-prediction, a
+        demotion); the executor running the job updates its total."""
+        self.predicted_output_tokens = tokens
+        if self.on_work_change is not None:
+            self.on_work_change(self)
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -306,7 +306,7 @@ class Scheduler:
         self._wake.set()
 
     def _on_reprediction(self, job: Job, predicted_total: float) -> None:
-        job.predicted_output_tokens = predicted_total
+        job.set_prediction(predicted_total)
         self.waiting.update(job)  # no-op unless it waits
         self._wake.set()
 

@@ -114,7 +114,7 @@ class Routes:
         submitted = False
         try:
             if predict_first:
-                job.predicted_output_tokens = await svc.predictions.predict(job, messages)
+                job.set_prediction(await svc.predictions.predict(job, messages))
             svc.scheduler.submit(job)
             submitted = True
         except NotAccepting as exc:
@@ -127,7 +127,7 @@ class Routes:
             if not submitted:  # refused, or the client left during prediction: never ends
                 svc.predictions.forget(job)
         if not predict_first:  # the job already waits or runs meanwhile
-            job.predicted_output_tokens = await svc.predictions.predict(job, messages)
+            job.set_prediction(await svc.predictions.predict(job, messages))
         return job
 
     async def _abort_on_disconnect(self, request: Request, job: Job) -> None:

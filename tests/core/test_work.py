@@ -123,7 +123,7 @@ async def replay(steps: list[tuple], exact: bool) -> None:
                 ex.feeds[job.job_id].put_nowait(step[2] if kind == "tokens" else
                                                 "end" if kind == "finish" else 1)
         elif kind == "repredict" and (hit := pick(step[1])):
-            hit[1].predicted_output_tokens = step[2]
+            hit[1].set_prediction(step[2])
         elif kind == "down":
             executors[step[1]].mark_down("test")
             executors[step[1]].mark_up()

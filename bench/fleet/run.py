@@ -84,13 +84,18 @@ def run_point(binding: str, placement: str, offered_rps: float,
         dispatcher_busy=float(cpu.sum()) / 1e6 / virtual / daemons if virtual else 0.0)
 
 
+def steady_window(arrivals: Sequence[float], warmup: float = 0.25) -> tuple[float, float]:
+    """(start, end) of the steady window: from `warmup` of the arrival span to its end."""
+    end = max(arrivals)
+    return warmup * end, end
+
+
 def steady_throughput(results: Sequence[RequestResult], warmup: float = 0.25
                       ) -> tuple[float, float]:
     """(req/s, output tok/s) of the jobs that finish while requests still arrive, after the
     first `warmup` of the arrival span: a finite run's makespan throughput also counts the
     fill at the start and the drain at the end, which weigh more the fewer requests run."""
-    end = max(r.arrival_s for r in results)
-    start = warmup * end
+    start, end = steady_window([r.arrival_s for r in results], warmup)
     done = [r for r in results if r.ok and start <= r.arrival_s + r.jct_s <= end]
     span = end - start
     if span <= 0:
@@ -99,9 +104,8 @@ def steady_throughput(results: Sequence[RequestResult], warmup: float = 0.25
 
 
 def window_arrival_rps(arrivals: Sequence[float], warmup: float = 0.25) -> float:
-    """Arrivals per second in steady_throughput's window (`warmup` of the span to its end)."""
-    end = max(arrivals)
-    start = warmup * end
+    """Arrivals per second in steady_throughput's window."""
+    start, end = steady_window(arrivals, warmup)
     span = end - start
     return sum(start <= t <= end for t in arrivals) / span if span > 0 else math.nan
 

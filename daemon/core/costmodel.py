@@ -28,6 +28,12 @@ class Coefficients(Protocol):
     def decode_per_context_token_s(self) -> float: ...
 
 
+
+def context_reads(context_tokens: float, out_tokens: float) -> float:
+    """Context tokens read by the decode steps that make `out_tokens` more tokens after
+    `context_tokens`: the context grows by one per step, context + 1, context + 2, ..."""
+    return out_tokens * (context_tokens + (out_tokens + 1) / 2) if out_tokens > 0 else 0.0
+
 @dataclass(slots=True, frozen=True)
 class CostModel:
     """Defaults: a generic small engine ([sim]'s defaults); real ones come from a profile."""
@@ -58,15 +64,13 @@ class CostModel:
         """
         if out_tokens <= 0:
             return 0.0
-        per_step = self.decode_base_s / max(batch, 1) + self.decode_per_seq_s
-        mean_context = context_tokens + (out_tokens + 1) / 2
-        return out_tokens * (per_step + self.decode_per_context_token_s * mean_context)
+        return self.decode_total_s(out_tokens, context_reads(context_tokens, out_tokens), batch)
 
-    def decode_total_s(self, out_tokens: float, context_reads: float, batch: int) -> float:
+    def decode_total_s(self, out_tokens: float, reads: float, batch: int) -> float:
         """Σ decode_share_s over jobs, from two sums over them: their out_tokens and their
-        context reads, out x (context + (out + 1) / 2) each (daemon.core.work)."""
+        context_reads (daemon.core.work keeps both per executor)."""
         per_step = self.decode_base_s / max(batch, 1) + self.decode_per_seq_s
-        return out_tokens * per_step + self.decode_per_context_token_s * context_reads
+        return out_tokens * per_step + self.decode_per_context_token_s * reads
 
     def wall_s(self, prefill_tokens: float, context_tokens: float, out_tokens: float,
                batch: int) -> float:

@@ -8,23 +8,21 @@ Two sums over the jobs admitted to an executor, both from a job's own state only
   (context + 1, context + 2, ...): out x (context + (out + 1) / 2). With `tokens` it gives any
   linear decode cost over the jobs (CostModel.decode_total_s: ALISE's remaining time).
 
-A job's share is recomputed whenever it changes (its executor hooks `Job.on_work_change`:
-every delta, every new prediction) and the difference is added, so a total tracks the sum
-up to float rounding; it is exactly 0 again whenever the executor empties.
+A job's share is recomputed whenever it changes (its executor sets `Job.on_work_change`,
+called on every delta and by `Job.set_prediction`) and the difference is added, so a total
+tracks the sum up to float rounding; it is exactly 0 again whenever the executor empties.
 """
 
 from __future__ import annotations
 
+from daemon.core.costmodel import context_reads
 from daemon.core.job import Job
 
 
 def job_work(job: Job) -> tuple[float, float]:
     """(predicted remaining tokens, context tokens their decode steps read) of one job."""
     out = job.predicted_remaining_tokens
-    if out <= 0:
-        return out, 0.0
-    context = job.num_prompt_tokens + job.num_generated_tokens
-    return out, out * (context + (out + 1) / 2)
+    return out, context_reads(job.num_prompt_tokens + job.num_generated_tokens, out)
 
 
 class RunningWork:

@@ -23,9 +23,11 @@ CAP = 3
 
 @pytest.fixture
 def daemon(tmp_path: Path, smollm2_model: Path) -> Iterator[DaemonProcess]:
-    # A slow simulated step (10 ms): the held streams run ~20 s, longer than the test.
+    # A slow simulated step (50 ms): the held streams would run 100 s, far longer than the
+    # test (they are cut when released). At 10 ms (20 s) the first held stream could end
+    # on a loaded machine before the last was admitted, and free its connection.
     text = config_text(smollm2_model, free_port(), engine_kind="sim", max_running=CAP + 1,
-                       extra="[sim]\ndecode_base_s = 0.01\n")
+                       extra="[sim]\ndecode_base_s = 0.05\n")
     config = tmp_path / "lengthwise.toml"
     config.write_text(text.replace("[server]\n", f"[server]\nmax_connections = {CAP}\n", 1))
     daemon = DaemonProcess(config, tmp_path / "daemon.log")

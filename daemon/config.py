@@ -93,6 +93,11 @@ class EngineConfig(_Section, frozen=True):
     # An engine with admitted jobs and no new token for this many seconds is declared dead
     # (hung); 0 = never. Must exceed the longest prefill a request can need.
     stall_timeout_s: float = 60.0
+    # How CPU engines' processes start: "forkserver" forks them from one process that has
+    # imported torch and vLLM (an engine restart in seconds: docs/operations.md);
+    # "spawn" is vLLM's own way on CPU (two fresh interpreters per engine). GPU engines
+    # always start vLLM's way.
+    start_method: Literal["forkserver", "spawn"] = "forkserver"
     # Restarts tried after an engine dies before the daemon gives up and exits (status 1,
     # so systemd restarts the whole service).
     restart_attempts: int = 3

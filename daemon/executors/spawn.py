@@ -24,6 +24,7 @@ Env = Mapping[str, str | None]  # None removes the variable
 
 _FORK_LOCK = threading.Lock()  # one build between "set the environment" and "forked"
 _POLL_S = 0.02  # how often a build looks for its engine process while holding the lock
+_building = threading.local()  # .started: the Event of the build running in this thread
 
 
 def _child_pids() -> set[int]:
@@ -50,16 +51,35 @@ def _apply(env: Env) -> None:
             os.environ[key] = value
 
 
+def notify_started() -> None:
+    """Called by a process class that knows when its child has its environment
+    (enginefork): the build in this thread may let the next one change it."""
+    started = getattr(_building, "started", None)
+    if started is not None:
+        started.set()
+
+
 def build_with_env(env: Env, build: Callable[[], T]) -> T:
     """Call build() with `env` applied to this process's environment, holding the others
-    off until build() has spawned a child process (or returned): from then on the child
-    has its copy and the next build may change the environment. Blocks: call it from a
-    worker thread (asyncio.to_thread)."""
+    off until build() has started a child process (a spawned child among ours, or one
+    that says so through notify_started) or returned: from then on the child has its copy
+    and the next build may change the environment. Blocks: call it from a worker thread
+    (asyncio.to_thread)."""
+    started = threading.Event()
+
+    def run() -> T:
+        _building.started = started
+        try:
+            return build()
+        finally:
+            _building.started = None
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-build") as pool:
         with _FORK_LOCK:
             before = _child_pids()
             _apply(env)
-            building = pool.submit(build)
-            while not building.done() and not _child_pids() - before:
+            building = pool.submit(run)
+            while (not building.done() and not started.is_set()
+                   and not _child_pids() - before):
                 time.sleep(_POLL_S)
         return building.result()  # waits for the build; raises what it raised

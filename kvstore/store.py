@@ -10,7 +10,11 @@ so both agree as long as the worker applies the index's decisions in order.
 Keys are chained block hashes: the hash of block i covers block i's tokens and the hash of
 block i-1, so a key names a whole prefix. Inside the engine they are vLLM's own
 `request.block_hashes`; `chain_hashes` computes the same kind of chain for callers
-without vLLM.
+without vLLM. A sequence that ends inside a block also has a *tail*: its partial last
+block, stored under a key of its own (`tail_key`: the last whole block's hash and the
+tail's tokens) and found through its parent (the whole blocks before it), one tail per
+parent, the latest saved; a later request uses as many of its first tokens as agree with
+its own. A tail costs one block's bytes and is the deepest entry of its prefix.
 """
 
 from __future__ import annotations
@@ -38,11 +42,36 @@ def chain_hashes(token_ids: Sequence[int], block_tokens: int) -> list[bytes]:
     return hashes
 
 
+_TAIL = b"tail"  # sets tail keys apart from block hashes of the same bytes
+
+
+def tail_key(parent: bytes, tokens: Sequence[int]) -> bytes:
+    """The key of a partial last block: its tokens after the whole blocks whose last
+    chained hash is `parent` (b"" when there are none)."""
+    return hashlib.sha256(_TAIL + parent + array("q", tokens).tobytes()).digest()
+
+
+Entry = tuple[bytes, int]  # (key, tokens): a whole block, or the first tokens of a tail
+
+
+def _parent(hashes: Sequence[bytes]) -> bytes:
+    return hashes[-1] if hashes else b""
+
+
+def _agreeing(stored: Sequence[int], wanted: Sequence[int]) -> int:
+    count = 0
+    for have, want in zip(stored, wanted):
+        if have != want:
+            break
+        count += 1
+    return count
+
+
 class StoreCounters(msgspec.Struct):
     """Totals since the store was created (tokens and bytes), and what it holds now."""
 
     stored_bytes: int = 0
-    stored_blocks: int = 0
+    stored_blocks: int = 0  # entries: whole blocks and tails
     saved_tokens: int = 0
     saved_bytes: int = 0
     loaded_tokens: int = 0
@@ -52,16 +81,16 @@ class StoreCounters(msgspec.Struct):
 
 
 class Admission(msgspec.Struct, frozen=True):
-    stored: list[bytes]  # to save now, in prefix order
+    stored: list[Entry]  # to save now, in prefix order
     evicted: list[bytes]  # to drop now
 
 
 class BlockIndex:
-    """Which blocks are stored, within `capacity_bytes`, least recently used out first.
+    """Which entries are stored, within `capacity_bytes`, least recently used out first.
 
-    Every block costs `block_bytes` (the encoded size of one block over all layers).
-    A prefix is only useful from its first block, so the blocks of one prefix are
-    ordered deepest-first in the LRU: eviction trims prefixes from their tail.
+    Every entry, whole block or tail, costs `block_bytes` (the encoded size of one block
+    over all layers). A prefix is only useful from its first block, so the entries of one
+    prefix are ordered deepest-first in the LRU: eviction trims prefixes from their tail.
     """
 
     def __init__(self, capacity_bytes: int, block_tokens: int, block_bytes: int) -> None:
@@ -69,16 +98,18 @@ class BlockIndex:
         self.block_tokens = block_tokens
         self.block_bytes = block_bytes
         self.counters = StoreCounters()
-        self._lru: OrderedDict[bytes, None] = OrderedDict()  # first = least recently used
+        # key -> (tokens, its parent if it is a tail); first = least recently used
+        self._lru: OrderedDict[bytes, tuple[int, bytes | None]] = OrderedDict()
+        self._tails: dict[bytes, tuple[bytes, tuple[int, ...]]] = {}  # parent -> key, tokens
 
-    def __contains__(self, block_hash: bytes) -> bool:
-        return block_hash in self._lru
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._lru
 
     def __len__(self) -> int:
         return len(self._lru)
 
     def lookup(self, hashes: Sequence[bytes]) -> int:
-        """How many leading blocks of `hashes` are stored (no side effects)."""
+        """How many leading whole blocks of `hashes` are stored (no side effects)."""
         count = 0
         for block_hash in hashes:
             if block_hash not in self._lru:
@@ -86,48 +117,77 @@ class BlockIndex:
             count += 1
         return count
 
-    def admit(self, hashes: Sequence[bytes]) -> Admission:
-        """Make room for and record the blocks of one prefix, in order, stopping at the
-        first that cannot fit (a block without its predecessors is useless)."""
-        capacity_blocks = self.capacity_bytes // self.block_bytes
-        usable = list(hashes[:capacity_blocks])
+    def tail(self, hashes: Sequence[bytes], token_ids: Sequence[int]) -> Entry | None:
+        """The stored tail after the whole blocks `hashes` and how many of its first tokens
+        are `token_ids`' first ones (None if none are; no side effects)."""
+        found = self._tails.get(_parent(hashes))
+        if found is None:
+            return None
+        key, stored = found
+        agreeing = _agreeing(stored, token_ids)
+        return (key, agreeing) if agreeing else None
+
+    def admit(self, hashes: Sequence[bytes], tail: Sequence[int] = ()) -> Admission:
+        """Make room for and record one prefix: whole blocks `hashes`, then the tail tokens
+        `tail` after them (replacing the tail stored after the same blocks), in order,
+        stopping at the first that cannot fit (an entry without its predecessors is
+        useless)."""
+        entries = [(block_hash, self.block_tokens) for block_hash in hashes]
+        parent = _parent(hashes)
+        new_tail = tail_key(parent, tail) if tail else None
+        if new_tail is not None:
+            entries.append((new_tail, len(tail)))
+        capacity = self.capacity_bytes // self.block_bytes
+        usable = entries[:capacity]
+        keys = {key for key, _ in usable}
         self._touch(usable)  # what is already stored is kept, not evicted for its own tail
-        stored, evicted = [], []
-        for block_hash in usable:
-            if block_hash in self._lru:
+        stored: list[Entry] = []
+        evicted: list[Entry] = []
+        for key, tokens in usable:
+            if key in self._lru:
                 continue
-            if len(self._lru) >= capacity_blocks:
+            is_tail = key == new_tail
+            if is_tail and (old := self._tails.get(parent)) is not None:
+                evicted.append(self._evict(old[0]))  # one tail per parent: the latest
+            if len(self._lru) >= capacity:
                 victim = next(iter(self._lru))
-                if victim in usable:
-                    break  # only this prefix's own blocks are left to evict
-                del self._lru[victim]
-                evicted.append(victim)
-            self._lru[block_hash] = None
-            stored.append(block_hash)
+                if victim in keys:
+                    break  # only this prefix's own entries are left to evict
+                evicted.append(self._evict(victim))
+            self._lru[key] = (tokens, parent if is_tail else None)
+            if is_tail:
+                self._tails[parent] = (key, tuple(tail))
+            stored.append((key, tokens))
         self._touch(usable)
         self._count(stored, evicted)
-        return Admission(stored, evicted)
+        return Admission(stored, [key for key, _ in evicted])
 
-    def mark_loaded(self, hashes: Sequence[bytes]) -> None:
-        self._touch(list(hashes))
-        self.counters.loaded_tokens += len(hashes) * self.block_tokens
-        self.counters.loaded_bytes += len(hashes) * self.block_bytes
+    def mark_loaded(self, entries: Sequence[Entry]) -> None:
+        self._touch(list(entries))
+        self.counters.loaded_tokens += sum(tokens for _, tokens in entries)
+        self.counters.loaded_bytes += len(entries) * self.block_bytes
 
-    def unmark_loaded(self, num_blocks: int) -> None:
-        """Blocks counted as loaded whose load failed (vLLM computes them again)."""
-        self.counters.loaded_tokens -= num_blocks * self.block_tokens
-        self.counters.loaded_bytes -= num_blocks * self.block_bytes
+    def unmark_loaded(self, num_entries: int, tokens: int) -> None:
+        """Entries counted as loaded whose load failed (vLLM computes them again)."""
+        self.counters.loaded_tokens -= tokens
+        self.counters.loaded_bytes -= num_entries * self.block_bytes
 
-    def _touch(self, hashes: list[bytes]) -> None:
-        for block_hash in reversed(hashes):  # deepest first: least recently used of these
-            if block_hash in self._lru:
-                self._lru.move_to_end(block_hash)
+    def _evict(self, key: bytes) -> Entry:
+        tokens, parent = self._lru.pop(key)
+        if parent is not None and self._tails.get(parent, (None,))[0] == key:
+            del self._tails[parent]
+        return key, tokens
 
-    def _count(self, stored: list[bytes], evicted: list[bytes]) -> None:
+    def _touch(self, entries: list[Entry]) -> None:
+        for key, _ in reversed(entries):  # deepest first: least recently used of these
+            if key in self._lru:
+                self._lru.move_to_end(key)
+
+    def _count(self, stored: list[Entry], evicted: list[Entry]) -> None:
         counters = self.counters
-        counters.saved_tokens += len(stored) * self.block_tokens
+        counters.saved_tokens += sum(tokens for _, tokens in stored)
         counters.saved_bytes += len(stored) * self.block_bytes
-        counters.evicted_tokens += len(evicted) * self.block_tokens
+        counters.evicted_tokens += sum(tokens for _, tokens in evicted)
         counters.evicted_bytes += len(evicted) * self.block_bytes
         counters.stored_blocks = len(self._lru)
         counters.stored_bytes = len(self._lru) * self.block_bytes

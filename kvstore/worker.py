@@ -5,7 +5,10 @@ Runs in vLLM's worker process. On the CPU engine each layer's cache is
 block as `[num_kv_heads, 2 * block_size, head_size]` with K in the first half of dim 1 and
 V in the second (docs/kvstore.md). A stored block is all layers of one block id viewed as
 `[layers, heads, K|V, tokens, head_size]`, so INT8 scales are per layer, head, K|V and
-channel.
+channel. Only V is token-major in that view: the K half's rows are not one token each
+(float32 on the "vec" ISA: rows 4k and 4k+1 hold tokens 4k and 4k+1, rows 4k+2 and 4k+3
+do not), so a partial last block (a tail) is copied as its whole block too; the slots past
+its tokens are written by the loading request's own forward before attention reads them.
 """
 
 from __future__ import annotations

@@ -103,6 +103,9 @@ class Job:
     # Policy estimates while waiting: seconds until it runs again, and where its KV waits.
     estimated_wait_s: float | None = None
     kv_residency: KVResidency | None = None
+    # Its last preemption saved its KV to kvstore (set by the executor when it asks for the
+    # save; kv_residency may change later): the next resume counts as an offloaded one.
+    kv_offloaded: bool = False
     # Generated text not yet released: it may be the start of a stop string (stopstrings).
     held_text: str = ""
     outputs: asyncio.Queue[TokenDelta | JobEnd] = field(default_factory=asyncio.Queue)

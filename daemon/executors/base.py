@@ -88,6 +88,7 @@ class Executor(abc.ABC):
         # The engine's own view as it last reported it; None until it did.
         self.reported_stats: EngineStats | None = None
         self.resume_stats = ResumeStats()
+        self.offloaded_resume_stats = ResumeStats()  # those of jobs whose KV was offloaded
         self.on_up: Callable[[], None] = lambda: None  # the engine serves again: dispatch
         self.on_down: Callable[[], None] = lambda: None  # marked down: restart it now
         self.down_reason: str | None = None  # why the engine is out of service; None = up

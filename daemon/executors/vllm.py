@@ -269,15 +269,17 @@ class VLLMExecutor(Executor):
         until it needs them (KEEP resumes on this executor to find them there)."""
         if (job.stop_request == StopRequest.PREEMPT and job.kv_residency is KVResidency.OFFLOAD
                 and self.kvstore_active and self._decisions_dir is not None):
-            decisions.mark_offload(self._decisions_dir, request_id)
+            job.kv_offloaded = decisions.mark_offload(self._decisions_dir, request_id)
 
-    def _observe_resume(self, job: Job, context_tokens: int, out: Any) -> None:
+    def _observe_resume(self, job: Job, context_tokens: int, out: Any, offloaded: bool) -> None:
         """First output of a dispatch: a resumed one prefilled what was not cached."""
         if job.num_dispatches > 1:
             cached = int(getattr(out, "num_cached_tokens", 0) or 0)
-            self.resume_stats.resumes += 1
-            self.resume_stats.context_tokens += context_tokens
-            self.resume_stats.recomputed_tokens += max(context_tokens - cached, 0)
+            for stats in ((self.resume_stats, self.offloaded_resume_stats) if offloaded
+                          else (self.resume_stats,)):
+                stats.resumes += 1
+                stats.context_tokens += context_tokens
+                stats.recomputed_tokens += max(context_tokens - cached, 0)
 
     async def _generate(self, job: Job, max_new_tokens: int, engine_priority: int) -> str | None:
         from vllm.inputs import TokensPrompt
@@ -286,6 +288,7 @@ class VLLMExecutor(Executor):
         prompt = TokensPrompt(prompt_token_ids=context)
         request_id = f"{job.job_id}.{job.num_dispatches}"
         transfer = decisions.params(request_id) if self.kvstore_active else None
+        offloaded, job.kv_offloaded = job.kv_offloaded, False  # this dispatch resumes it
         stream = self._engine.generate(prompt,
                                        self._sampling_params(job, max_new_tokens, transfer),
                                        request_id, priority=engine_priority)
@@ -294,7 +297,7 @@ class VLLMExecutor(Executor):
         async with contextlib.aclosing(stream):
             async for out in stream:
                 if first:
-                    self._observe_resume(job, len(context), out)
+                    self._observe_resume(job, len(context), out, offloaded)
                     first = False
                 completion = out.outputs[0]
                 if job.emit(completion.text, list(completion.token_ids), loop.time()):

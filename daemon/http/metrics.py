@@ -80,16 +80,20 @@ class _SchedulerCollector(Collector):
 def _kv_families(sched: Scheduler) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     """Resumes and kvstore, per executor. Recomputed tokens count what a resumed job's
     engine prefilled again: its context minus the engine's cached tokens, plus kvstore
-    loads that failed (vLLM counts those as cached although it computes them again)."""
+    loads that failed (vLLM counts those as cached although it computes them again).
+    Resumes are split by `kv`: "offloaded" (the job's last preemption saved its KV to
+    kvstore) or "not_offloaded" (kept in or dropped from the engine's prefix cache, a
+    slice, an engine failure)."""
+    labels = ["executor", "kv"]
     resumes = CounterMetricFamily("lengthwise_resume", "Resumed dispatches (after a "
                                   "preemption, a slice or an engine failure) that reached "
-                                  "the engine", labels=["executor"])
+                                  "the engine", labels=labels)
     recomputed = CounterMetricFamily("lengthwise_resume_recomputed_tokens", "Prompt + "
                                      "generated tokens resumed jobs had to prefill again",
-                                     labels=["executor"])
+                                     labels=labels)
     context = CounterMetricFamily("lengthwise_resume_context_tokens", "Prompt + generated "
                                   "tokens of resumed dispatches (the recomputed tokens' "
-                                  "denominator)", labels=["executor"])
+                                  "denominator)", labels=labels)
     stored = GaugeMetricFamily("lengthwise_kvstore_bytes", "Bytes of KV blocks held in "
                                "the executor's kvstore", labels=["executor"])
     kv_counters = {
@@ -105,9 +109,17 @@ def _kv_families(sched: Scheduler) -> Iterator[GaugeMetricFamily | CounterMetric
     for ex in sched.executors:
         totals = ex.kvstore_totals()
         failed = 0 if totals is None else totals.load_failed_tokens
-        resumes.add_metric([ex.name], ex.resume_stats.resumes)
-        context.add_metric([ex.name], ex.resume_stats.context_tokens)
-        recomputed.add_metric([ex.name], ex.resume_stats.recomputed_tokens + failed)
+        every, offloaded = ex.resume_stats, ex.offloaded_resume_stats
+        # Only offloaded jobs' resumes load from kvstore, so its failed loads are theirs.
+        for kv, count, tokens, again in (
+                ("offloaded", offloaded.resumes, offloaded.context_tokens,
+                 offloaded.recomputed_tokens + failed),
+                ("not_offloaded", every.resumes - offloaded.resumes,
+                 every.context_tokens - offloaded.context_tokens,
+                 every.recomputed_tokens - offloaded.recomputed_tokens)):
+            resumes.add_metric([ex.name, kv], count)
+            context.add_metric([ex.name, kv], tokens)
+            recomputed.add_metric([ex.name, kv], again)
         if totals is not None:
             stored.add_metric([ex.name], totals.stored_bytes)
             kv_counters["saved"].add_metric([ex.name], totals.saved_tokens)

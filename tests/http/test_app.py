@@ -160,9 +160,9 @@ async def test_metrics_count_tokens_and_latencies(
     assert 'lengthwise_http_errors_total{status="400",type="invalid_request_error"} 1.0' in text
     assert "lengthwise_queue_depth 0.0" in text
     assert "lengthwise_prediction_scale 1.0" in text  # nothing learned yet
-    assert 'lengthwise_resume_total{executor="sim0"} 0.0' in text  # no preemption
-    assert 'lengthwise_resume_recomputed_tokens_total{executor="sim0"} 0.0' in text
-    assert 'lengthwise_resume_context_tokens_total{executor="sim0"} 0.0' in text
+    for kv in ("offloaded", "not_offloaded"):  # no preemption
+        for name in ("resume", "resume_recomputed_tokens", "resume_context_tokens"):
+            assert f'lengthwise_{name}_total{{executor="sim0",kv="{kv}"}} 0.0' in text
     assert "# TYPE lengthwise_kvstore_bytes gauge" in text  # no kvstore: no samples
     assert "lengthwise_kvstore_bytes{" not in text
 

@@ -108,11 +108,17 @@ def test_preempted_job_resumes_from_kvstore_with_the_uninterrupted_answer(
     loaded = daemon.metric("lengthwise_kvstore_loaded_tokens_total")
     resumes = daemon.metric("lengthwise_resume_total")
     recomputed = daemon.metric("lengthwise_resume_recomputed_tokens_total")
-    # Whole blocks of the preempted context (prompt + >= 40 tokens: at least 2 blocks).
-    assert saved >= 2 * BLOCK and saved % BLOCK == 0
-    assert loaded >= 2 * BLOCK and loaded % BLOCK == 0
+    # The preempted context (prompt + >= 40 tokens: at least 2 blocks), its partial last
+    # block included.
+    assert saved >= 2 * BLOCK and loaded >= 2 * BLOCK
     assert resumes >= 1
-    # Each resume prefills only what is past its last stored whole block.
+    # Every resume here is of the offloaded job (the `kv` label), and each prefills only
+    # its last token, or up to a block in the rare case the engine had run past a block
+    # boundary the daemon's tokens do not reach before the abort (docs/kvstore.md).
+    lines = httpx.get(daemon.base_url + "/metrics", timeout=5).text.splitlines()
+    assert sum(float(line.rsplit(" ", 1)[1]) for line in lines
+               if line.startswith("lengthwise_resume_total{") and 'kv="offloaded"' in line
+               ) == resumes, daemon.log()
     assert 0 < recomputed <= resumes * BLOCK
     # The resumed context: the prompt and the >= 40 tokens generated before the preemption.
     assert daemon.metric("lengthwise_resume_context_tokens_total") >= loaded + recomputed

@@ -67,9 +67,10 @@ async def test_hooks_fire_in_the_engine_processes(connected: ConnectedEngine) ->
 async def test_offloaded_request_resumes_from_the_store_with_the_same_tokens(
         connected: ConnectedEngine) -> None:
     """Preempt (abort) a request marked for offload, resume it from prompt + generated
-    tokens: the engine loads the stored whole blocks instead of prefilling them (prefix
-    caching is off, so every cached token came from the store) and the greedy tokens are
-    the uninterrupted run's (quantization "none")."""
+    tokens: the engine loads the stored whole blocks and the partial last block instead of
+    prefilling them, so it computes only the last token (prefix caching is off, so every
+    cached token came from the store), and the greedy tokens and their logprobs are the
+    uninterrupted run's (quantization "none")."""
     prompt = [(7 * i) % 5000 + 100 for i in range(300)]
     reference = await connected.generate(prompt, "reference", max_tokens=40)
     expected = list(reference.outputs[0].token_ids)
@@ -80,9 +81,11 @@ async def test_offloaded_request_resumes_from_the_store_with_the_same_tokens(
     assert generated == expected[:len(generated)]
     resumed = await connected.generate(prompt + generated, "resumed",
                                        max_tokens=40 - len(generated))
-    # All whole blocks of the resumed context that were computed before the abort.
+    # Everything computed before the abort: 2 whole blocks and a tail of 63 tokens
+    # (unaligned external tokens are allowed by vLLM's scheduler); only the last generated
+    # token, which had no KV yet, is computed again.
     context = len(prompt) + len(generated)
-    assert resumed.num_cached_tokens == (context - 1) // 128 * 128 == 256
+    assert resumed.num_cached_tokens == context - 1 and context - 1 > 256
     assert generated + list(resumed.outputs[0].token_ids) == expected
     # The tiny random model repeats tokens whatever its KV; its logprobs do not.
     assert _logprobs(resumed) == pytest.approx(_logprobs(reference)[len(generated):], abs=1e-4)
@@ -90,7 +93,10 @@ async def test_offloaded_request_resumes_from_the_store_with_the_same_tokens(
     finished = {c.detail["request_id"]: c.detail for c in
                 _calls(read_trace(connected.trace_path), "request_finished")}
     saved = next(d for r, d in finished.items() if r.startswith("preempted"))
-    assert saved["status"] == "FINISHED_ABORTED" and saved["saving_tokens"] == 256
+    assert saved["status"] == "FINISHED_ABORTED"
+    # The engine may have run on a step past the tokens the caller kept before the abort
+    # reached it; the resume then used the first tokens of the longer stored tail.
+    assert saved["saving_tokens"] == saved["num_computed_tokens"] >= context - 1
 
 
 async def test_unmarked_request_is_not_stored(connected: ConnectedEngine) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -59,12 +58,12 @@ def notify_started() -> None:
         started.set()
 
 
-def build_with_env(env: Env, build: Callable[[], T]) -> T:
+def build_with_env(env: Env, build: Callable[[], T], notifies: bool = False) -> T:
     """Call build() with `env` applied to this process's environment, holding the others
-    off until build() has started a child process (a spawned child among ours, or one
-    that says so through notify_started) or returned: from then on the child has its copy
-    and the next build may change the environment. Blocks: call it from a worker thread
-    (asyncio.to_thread)."""
+    off until build() has started a child process (a spawned child among ours, or, when
+    `notifies`, one that says so through notify_started) or returned: from then on the
+    child has its copy and the next build may change the environment. Blocks: call it
+    from a worker thread (asyncio.to_thread)."""
     started = threading.Event()
 
     def run() -> T:
@@ -79,7 +78,10 @@ def build_with_env(env: Env, build: Callable[[], T]) -> T:
             before = _child_pids()
             _apply(env)
             building = pool.submit(run)
-            while (not building.done() and not started.is_set()
-                   and not _child_pids() - before):
-                time.sleep(_POLL_S)
+            # A build that notifies is not polled: listing children scans /proc, which
+            # takes the GIL from the event loop for as long as the forkserver's first
+            # start lasts (seconds).
+            while not building.done() and not started.wait(_POLL_S):
+                if not notifies and _child_pids() - before:
+                    break
         return building.result()  # waits for the build; raises what it raised

@@ -169,7 +169,8 @@ class VLLMExecutor(Executor):
 
     async def _start_engine(self, kvstore: bool) -> None:
         self._building = asyncio.ensure_future(asyncio.to_thread(
-            spawn.build_with_env, self._engine_env(), lambda: self._build_engine(kvstore)))
+            spawn.build_with_env, self._engine_env(), lambda: self._build_engine(kvstore),
+            self._forks()))
         # shield: a start cancelled half-way leaves the build to finish, so that shutdown()
         # can stop the engine it gives.
         self._engine = await asyncio.shield(self._building)
@@ -190,10 +191,15 @@ class VLLMExecutor(Executor):
                                           else _INHERITED_CPU_BIND),
         }
 
+    def _forks(self) -> bool:
+        """Whether this engine's processes start from the warm forkserver (enginefork)."""
+        return not self.device.startswith("cuda") and \
+            self._config.engine.start_method == "forkserver"
+
     def _build_engine(self, kvstore: bool) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        if not self.device.startswith("cuda") and self._config.engine.start_method == "forkserver":
+        if self._forks():
             enginefork.use_forkserver()
 
         return AsyncLLM.from_engine_args(self._engine_args(kvstore),

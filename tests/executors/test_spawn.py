@@ -8,9 +8,11 @@ import multiprocessing
 import os
 import threading
 from multiprocessing.queues import Queue
+from typing import Any
 
 import pytest
 
+from daemon.executors import enginefork
 from daemon.executors.spawn import build_with_env
 
 _KEY = "LENGTHWISE_TEST_SPAWN_ENV"
@@ -21,8 +23,12 @@ def report_env(queue: Queue[tuple[str, str | None]], name: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_concurrent_builds_keep_their_own_environment() -> None:
-    context = multiprocessing.get_context("spawn")  # as vLLM starts its engine processes
+@pytest.mark.parametrize(("method", "notifies"), [("spawn", False), ("enginefork", True)])
+async def test_concurrent_builds_keep_their_own_environment(method: str, notifies: bool) -> None:
+    # As vLLM starts its engine processes: spawned (found among our children), or forked
+    # by enginefork's context, which says when a child has started (not polled).
+    context: Any = (multiprocessing.get_context("spawn") if method == "spawn"
+                    else enginefork._FORK)
     queue: Queue[tuple[str, str | None]] = context.Queue()
     spawned = {"a": threading.Event(), "b": threading.Event()}
     overlapped: list[str] = []
@@ -39,8 +45,8 @@ async def test_concurrent_builds_keep_their_own_environment() -> None:
         return name
 
     results = await asyncio.gather(
-        asyncio.to_thread(build_with_env, {_KEY: "engine-a"}, lambda: build("a", "b")),
-        asyncio.to_thread(build_with_env, {_KEY: "engine-b"}, lambda: build("b", "a")))
+        asyncio.to_thread(build_with_env, {_KEY: "engine-a"}, lambda: build("a", "b"), notifies),
+        asyncio.to_thread(build_with_env, {_KEY: "engine-b"}, lambda: build("b", "a"), notifies))
     assert results == ["a", "b"]
     seen = dict(queue.get(timeout=10) for _ in range(2))
     assert seen == {"a": "engine-a", "b": "engine-b"}

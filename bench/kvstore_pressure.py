@@ -3,9 +3,10 @@
     PYTHONPATH=$PWD .venv/bin/python -m bench.kvstore_pressure --reps 3
 
 Three systems (--systems), each on the same engine settings: model, dtype, max_num_seqs
-(= the daemon's max_running), prefix caching on, the same KV GiB and a KV cache cut to
---blocks blocks (num_gpu_blocks_override), so a preempted job's blocks are soon evicted
-from vLLM's prefix cache. `offload` and `drop` are the real daemon (`lengthwise serve`)
+(= the daemon's max_running), prefix caching on, the same cores for the engine's threads
+(--cpu-bind), the same KV GiB and a KV cache cut to --blocks blocks
+(num_gpu_blocks_override), so a preempted job's blocks are soon evicted from vLLM's
+prefix cache. `offload` and `drop` are the real daemon (`lengthwise serve`)
 with alise and max_resident_jobs = 0 (every preempted job is offloaded or dropped):
 `offload`: [kvstore] enabled, alise offload = true; `drop`: kvstore enabled but offload =
 false (equal connector overhead, nothing saved). `vllm` is vLLM's own OpenAI server (FCFS,
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import tempfile
@@ -85,9 +87,11 @@ profile = "{args.profile}"
 
 def system(args: argparse.Namespace, name: str) -> tuple[System, Settings]:
     """The daemon with alise (offload or drop), or vLLM's own server, on the same engine
-    settings: model, dtype, max_num_seqs, KV GiB and the KV cut, prefix caching on."""
+    settings: model, dtype, max_num_seqs, KV GiB and the KV cut, prefix caching on, the same
+    cores for the engine's threads."""
     settings = Settings(model=Path(args.model), dtype=args.dtype, max_num_seqs=args.max_running,
-                        num_gpu_blocks_override=args.blocks,
+                        num_gpu_blocks_override=args.blocks, cpu_bind=args.cpu_bind,
+                        startup_timeout_s=900.0,  # a spawned engine: minutes on a busy host
                         extra_toml="" if name == "vllm" else _alise_toml(args, name == "offload"))
     return parse_system("vllm" if name == "vllm" else "lengthwise:alise"), settings
 
@@ -188,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
                         default=str(ROOT / "bench" / "profiles" / "tiny-llama-cpu-stack.json"))
     parser.add_argument("--blocks", type=int, default=24, help="KV blocks of 128 tokens")
     parser.add_argument("--max-running", type=int, default=2)
+    parser.add_argument("--cpu-bind", default=",".join(map(str, sorted(os.sched_getaffinity(0)))),
+                        help="cores for every engine's OpenMP threads (VLLM_CPU_OMP_THREADS_BIND;"
+                        " default: all this process may use, as the daemon's engine with the"
+                        " kvstore connector gets; vLLM's server would keep one free)")
     parser.add_argument("--quantization", default="none", choices=["none", "int8"])
     parser.add_argument("--capacity-mib", type=int, default=512)
     parser.add_argument("--long", type=int, default=4)

@@ -43,6 +43,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     dtype: str = "auto"
     # KV blocks instead of what vLLM sizes from kv_gib (0: vLLM's sizing): memory pressure.
     num_gpu_blocks_override: int = 0
+    # Cores for every engine's OpenMP threads (VLLM_CPU_OMP_THREADS_BIND, e.g. "0-1"); "":
+    # as inherited (vLLM's "auto" reserves one core of the node unless a KV connector is
+    # configured, which needs two: on a 2-core host an engine with one binds both cores).
+    cpu_bind: str = ""
     extra_toml: str = ""  # appended to every lengthwise config ([predictor] path, ...)
     # False when the client forces each length through max_tokens: the daemon must not
     # read the truth off the budget ([scheduler] trust_budget).
@@ -97,6 +101,14 @@ def command(system: System, s: Settings, port: int, workdir: Path) -> list[str]:
     return cmd
 
 
+def environment(s: Settings) -> dict[str, str]:
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(s.kv_gib),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if s.cpu_bind:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_bind
+    return env
+
+
 class Server:
     """One system in a subprocess (its own process group: vLLM spawns an engine process)."""
 
@@ -105,15 +117,14 @@ class Server:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"{system.spec.replace(':', '-')}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 (open while the server runs)
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_gib),
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         # A process group of its own (vLLM spawns engine processes; stop() signals them
         # all) but the client's session: a new session is a new scheduler autogroup on
         # Linux, and with the server's busy engine threads in their own group the daemon's
         # and the client's wake-ups lag (measured: mean TTFT 19 ms -> 252 ms at 3 req/s on
         # the tiny model, docs/benchmarks.md).
         self.proc = subprocess.Popen(command(system, settings, self.port, workdir),
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                     stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=environment(settings),
                                      process_group=0)
         self.timeout_s = settings.startup_timeout_s
 

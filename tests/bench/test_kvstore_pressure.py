@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench.kvstore_pressure import build_parser, rotated, row, summary, system
-from bench.servers import command
+from bench.servers import command, environment
 from daemon import config
 
 
@@ -33,6 +33,9 @@ def test_all_systems_get_the_same_engine_settings(tmp_path: Path) -> None:
     for name in ("offload", "drop", "vllm"):
         (tmp_path / name).mkdir()
         commands[name] = command(*system(args, name), 8000, tmp_path / name)
+        env = environment(system(args, name)[1])
+        assert env["VLLM_CPU_OMP_THREADS_BIND"] == args.cpu_bind != ""
+        assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     cmd = commands["vllm"]
     assert cmd[cmd.index("--num-gpu-blocks-override") + 1] == "17"
     assert cmd[cmd.index("--max-num-seqs") + 1] == "3"

@@ -1,32 +1,36 @@
-"""alise under KV memory pressure on the real engine: offload to kvstore vs drop.
+"""alise under KV memory pressure on the real engine: offload to kvstore vs drop vs vLLM.
 
-    PYTHONPATH=$PWD .venv/bin/python -m bench.kvstore_pressure --reps 1
+    PYTHONPATH=$PWD .venv/bin/python -m bench.kvstore_pressure --reps 3
 
-Each system is the real daemon (`lengthwise serve`) with alise, max_resident_jobs = 0 (every
-preempted job is offloaded or dropped), prefix caching on and a KV cache cut to
---blocks blocks (num_gpu_blocks_override), so a preempted job's blocks are soon evicted
-from vLLM's prefix cache. `offload`: [kvstore] enabled, alise offload = true; `drop`: the
-same engine with kvstore enabled but offload = false (equal connector overhead, nothing
-saved). Workload: --long jobs with long prompts and long outputs arrive first, then
---short jobs with long prompts and short outputs at --gap-s intervals, so alise preempts
-the long ones. Prompts are random token ids (lengths are what matters); every output
-length is forced (ignore_eos + max_tokens) and no predictor runs (each job's budget caps
-the fallback estimate, so alise sees the true lengths). Prints mean / p99 JCT, resumes, and
-the share of resumed context that was prefilled again, per system and repetition: over all
-resumes (`recomputed_share`) and over the resumes of jobs whose KV was offloaded
-(`offloaded_share`, the metrics' kv="offloaded" samples; nan for `drop`).
+Three systems (--systems), each on the same engine settings: model, dtype, max_num_seqs
+(= the daemon's max_running), prefix caching on, the same cores for the engine's threads
+(--cpu-bind), the same KV GiB and a KV cache cut to --blocks blocks
+(num_gpu_blocks_override), so a preempted job's blocks are soon evicted from vLLM's
+prefix cache. `offload` and `drop` are the real daemon (`lengthwise serve`)
+with alise and max_resident_jobs = 0 (every preempted job is offloaded or dropped):
+`offload`: [kvstore] enabled, alise offload = true; `drop`: kvstore enabled but offload =
+false (equal connector overhead, nothing saved). `vllm` is vLLM's own OpenAI server (FCFS,
+its own recompute preemption under memory pressure). Workload: --long jobs with long
+prompts and long outputs arrive first, then --short jobs with long prompts and short
+outputs at --gap-s intervals, so alise preempts the long ones. Prompts are random token
+ids (lengths are what matters); every output length is forced (ignore_eos + max_tokens)
+and no predictor runs (each job's budget caps the fallback estimate, so alise sees the
+true lengths). Each repetition runs every system once on the same workload, in an order
+rotated per repetition. Prints per system and repetition mean / p99 JCT, the daemon's
+preemptions and resumes, vLLM's engine preemptions (vllm:num_preemptions_total), and the
+share of resumed context that was prefilled again: over all resumes (`recomputed_share`)
+and over the resumes of jobs whose KV was offloaded (`offloaded_share`, the metrics'
+kv="offloaded" samples; nan for `drop`); n/a where a system has no such figure. Last, per
+system, the median (min-max) over repetitions of mean and p99 JCT.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,24 +38,36 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from bench.servers import Server, Settings, System, parse_system
+
 ROOT = Path(__file__).resolve().parents[1]
-LENGTHWISE = Path(sys.executable).parent / "lengthwise"
+SYSTEMS = ("offload", "drop", "vllm")
+# What each run prints, in this order; "n/a" where a system has no such figure (vLLM's
+# server has no resumes or kvstore, the daemon does not export its engine's preemptions).
+FIGURES = ("mean_jct_s", "p99_jct_s", "preemptions_total", "engine_preemptions_total",
+           "resume_total", "recomputed_share", "offloaded_share",
+           "resume_context_tokens_total", "resume_recomputed_tokens_total",
+           "kvstore_saved_tokens_total", "kvstore_loaded_tokens_total",
+           "kvstore_evicted_tokens_total")
 
 
-def _config(args: argparse.Namespace, port: int, offload: bool) -> str:
+def parse_systems(text: str) -> list[str]:
+    systems = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if not systems or unknown or len(set(systems)) != len(systems):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a comma-separated list of distinct systems of {', '.join(SYSTEMS)}")
+    return systems
+
+
+def rotated(systems: list[str], rep: int) -> list[str]:
+    """Repetition k starts with the k-th system, so no system always runs first or last."""
+    k = rep % len(systems)
+    return systems[k:] + systems[:k]
+
+
+def _alise_toml(args: argparse.Namespace, offload: bool) -> str:
     return f"""
-[server]
-port = {port}
-[model]
-path = "{args.model}"
-max_model_len = 2048
-dtype = "{args.dtype}"
-[engine]
-max_num_seqs = {args.max_running}
-num_gpu_blocks_override = {args.blocks}
-[scheduler]
-policy = "alise"
-max_running = {args.max_running}
 [scheduler.aging]
 slowdown = 50.0
 [policies.alise]
@@ -69,31 +85,15 @@ profile = "{args.profile}"
 """
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _start(config: str, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
-    path = folder / "lengthwise.toml"
-    path.write_text(config)
-    port = int(config.split("port = ", 1)[1].split()[0])
-    log = open(folder / "daemon.log", "wb")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen([str(LENGTHWISE), "serve", "--config", str(path)], stdout=log,
-                            stderr=subprocess.STDOUT, cwd=ROOT, process_group=0)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"daemon exited: see {folder / 'daemon.log'}")
-        try:
-            if httpx.get(base + "/health", timeout=2).status_code == 200:
-                return proc, base
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError("daemon not ready")
+def system(args: argparse.Namespace, name: str) -> tuple[System, Settings]:
+    """The daemon with alise (offload or drop), or vLLM's own server, on the same engine
+    settings: model, dtype, max_num_seqs, KV GiB and the KV cut, prefix caching on, the same
+    cores for the engine's threads."""
+    settings = Settings(model=Path(args.model), dtype=args.dtype, max_num_seqs=args.max_running,
+                        num_gpu_blocks_override=args.blocks, cpu_bind=args.cpu_bind,
+                        startup_timeout_s=900.0,  # a spawned engine: minutes on a busy host
+                        extra_toml="" if name == "vllm" else _alise_toml(args, name == "offload"))
+    return parse_system("vllm" if name == "vllm" else "lengthwise:alise"), settings
 
 
 def _metric(base: str, name: str, label: str = "") -> float:
@@ -111,7 +111,11 @@ async def _one(client: httpx.AsyncClient, base: str, model: str, prompt: list[in
             "ignore_eos": True}
     response = await client.post(base + "/v1/completions", json=body, timeout=600)
     response.raise_for_status()
-    return time.monotonic() - start
+    jct = time.monotonic() - start
+    generated = response.json()["usage"]["completion_tokens"]
+    if generated != max_tokens:  # every system must run each job to its forced length
+        raise RuntimeError(f"{base}: {generated} tokens generated, {max_tokens} forced")
+    return jct
 
 
 async def _load(base: str, args: argparse.Namespace, seed: int) -> list[float]:
@@ -128,45 +132,70 @@ async def _load(base: str, args: argparse.Namespace, seed: int) -> list[float]:
                                            for p, n, d in jobs)))
 
 
-def run_system(args: argparse.Namespace, offload: bool, seed: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="kvpressure-") as folder:
-        proc, base = _start(_config(args, _port(), offload), Path(folder))
-        try:
-            jct = asyncio.run(_load(base, args, seed))
-            time.sleep(1.0)  # the engine's last stats
-            figures = {name: _metric(base, f"lengthwise_{name}") for name in (
-                "preemptions_total", "resume_total", "resume_context_tokens_total",
-                "resume_recomputed_tokens_total", "kvstore_saved_tokens_total",
-                "kvstore_loaded_tokens_total", "kvstore_evicted_tokens_total")}
-            for name in ("resume_total", "resume_context_tokens_total",
-                         "resume_recomputed_tokens_total"):
-                figures[f"offloaded_{name}"] = _metric(base, f"lengthwise_{name}",
-                                                       'kv="offloaded"')
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    def share(prefix: str) -> float:
-        context = figures[f"{prefix}resume_context_tokens_total"]
-        return figures[f"{prefix}resume_recomputed_tokens_total"] / context if context \
-            else float("nan")
+def _figures(base: str) -> dict[str, float]:
+    figures = {name: _metric(base, f"lengthwise_{name}") for name in (
+        "preemptions_total", "resume_total", "resume_context_tokens_total",
+        "resume_recomputed_tokens_total", "kvstore_saved_tokens_total",
+        "kvstore_loaded_tokens_total", "kvstore_evicted_tokens_total")}
+    offloaded = {name: _metric(base, f"lengthwise_{name}", 'kv="offloaded"') for name in (
+        "resume_context_tokens_total", "resume_recomputed_tokens_total")}
 
+    def share(counts: dict[str, float]) -> float:
+        context = counts["resume_context_tokens_total"]
+        return counts["resume_recomputed_tokens_total"] / context if context else float("nan")
+
+    return {**figures, "recomputed_share": share(figures), "offloaded_share": share(offloaded)}
+
+
+def run_system(args: argparse.Namespace, name: str, seed: int, folder: Path) -> dict[str, float]:
+    server = Server(*system(args, name), folder)
+    try:
+        server.wait_ready()
+        jct = asyncio.run(_load(server.base_url, args, seed))
+        time.sleep(1.0)  # the engine's last stats
+        if name == "vllm":
+            figures = {"engine_preemptions_total": _metric(server.base_url,
+                                                           "vllm:num_preemptions_total")}
+        else:
+            figures = _figures(server.base_url)
+    finally:
+        server.stop(120)
     return {"mean_jct_s": statistics.fmean(jct), "p99_jct_s": float(np.percentile(jct, 99)),
-            "recomputed_share": share(""), "offloaded_share": share("offloaded_"),
             **figures}
 
 
-def main() -> None:
+def row(rep: int, name: str, result: dict[str, float]) -> str:
+    return f"rep {rep} {name:7s} " + " ".join(
+        f"{key}={result[key]:.3g}" if key in result else f"{key}=n/a" for key in FIGURES)
+
+
+def summary(results: dict[str, list[dict[str, float]]]) -> list[str]:
+    """Per system: median (min-max) over repetitions of mean and p99 JCT."""
+    lines = []
+    for name, runs in results.items():
+        cells = []
+        for key in ("mean_jct_s", "p99_jct_s"):
+            values = [run[key] for run in runs]
+            cells.append(f"{key}={statistics.median(values):.3g} "
+                         f"({min(values):.3g}-{max(values):.3g})")
+        lines.append(f"median of {len(runs)} {name:7s} " + " ".join(cells))
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--systems", type=parse_systems, default=list(SYSTEMS),
+                        help="comma-separated, of " + ",".join(SYSTEMS) + " (default: all)")
     parser.add_argument("--model", default=str(ROOT / "models" / "tiny-llama"))
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--profile",
                         default=str(ROOT / "bench" / "profiles" / "tiny-llama-cpu-stack.json"))
     parser.add_argument("--blocks", type=int, default=24, help="KV blocks of 128 tokens")
     parser.add_argument("--max-running", type=int, default=2)
+    parser.add_argument("--cpu-bind", default=",".join(map(str, sorted(os.sched_getaffinity(0)))),
+                        help="cores for every engine's OpenMP threads (VLLM_CPU_OMP_THREADS_BIND;"
+                        " default: all this process may use, as the daemon's engine with the"
+                        " kvstore connector gets; vLLM's server would keep one free)")
     parser.add_argument("--quantization", default="none", choices=["none", "int8"])
     parser.add_argument("--capacity-mib", type=int, default=512)
     parser.add_argument("--long", type=int, default=4)
@@ -177,13 +206,22 @@ def main() -> None:
     parser.add_argument("--lead-s", type=float, default=1.0)
     parser.add_argument("--gap-s", type=float, default=0.3)
     parser.add_argument("--reps", type=int, default=1)
-    args = parser.parse_args()
-    for rep in range(args.reps):
-        for offload in (True, False):  # alternating systems, same workload per repetition
-            result = run_system(args, offload, seed=rep)
-            name = "offload" if offload else "drop"
-            print(f"rep {rep} {name:7s} " + " ".join(
-                f"{key}={value:.3g}" for key, value in result.items()), flush=True)
+    parser.add_argument("--logs", type=Path,
+                        help="keep each run's server log here (default: deleted)")
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in args.systems}
+    with tempfile.TemporaryDirectory(prefix="kvpressure-") as scratch:
+        for rep in range(args.reps):
+            for name in rotated(args.systems, rep):  # same workload for each per repetition
+                folder = (args.logs or Path(scratch)) / f"rep{rep}-{name}"
+                folder.mkdir(parents=True, exist_ok=True)
+                results[name].append(run_system(args, name, seed=rep, folder=folder))
+                print(row(rep, name, results[name][-1]), flush=True)
+    print("\n".join(summary(results)))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_num_seqs: int = 4
     max_model_len: int = 2048
     kv_gib: int = 1
+    dtype: str = "auto"
+    # KV blocks instead of what vLLM sizes from kv_gib (0: vLLM's sizing): memory pressure.
+    num_gpu_blocks_override: int = 0
+    # Cores for every engine's OpenMP threads (VLLM_CPU_OMP_THREADS_BIND, e.g. "0-1"); "":
+    # as inherited (vLLM's "auto" reserves one core of the node unless a KV connector is
+    # configured, which needs two: on a 2-core host an engine with one binds both cores).
+    cpu_bind: str = ""
     extra_toml: str = ""  # appended to every lengthwise config ([predictor] path, ...)
     # False when the client forces each length through max_tokens: the daemon must not
     # read the truth off the budget ([scheduler] trust_budget).
@@ -60,10 +67,12 @@ port = {port}
 [model]
 path = "{s.model}"
 max_model_len = {s.max_model_len}
+dtype = "{s.dtype}"
 [engine]
 kind = "vllm"
 max_num_seqs = {s.max_num_seqs}
 cpu_kv_cache_gib = {s.kv_gib}
+num_gpu_blocks_override = {s.num_gpu_blocks_override}
 [scheduler]
 policy = "{system.policy}"
 max_running = {s.max_num_seqs}
@@ -73,18 +82,31 @@ trust_budget = {str(s.trust_budget).lower()}
 """
 
 
-def _command(system: System, s: Settings, port: int, workdir: Path) -> list[str]:
+def command(system: System, s: Settings, port: int, workdir: Path) -> list[str]:
+    """The command line that starts `system` (a lengthwise config is written to workdir)."""
     if system.kind == "lengthwise":
         config = workdir / f"lengthwise-{system.policy}.toml"
         config.write_text(_lengthwise_config(system, s, port))
         return [str(Path(sys.executable).parent / "lengthwise"), "serve", "--config", str(config)]
+    # Prefix caching is vLLM's default; explicit, as in the daemon's [engine].
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(s.model),
            "--max-num-seqs", str(s.max_num_seqs), "--max-model-len", str(s.max_model_len),
+           "--dtype", s.dtype, "--enable-prefix-caching",
            "--enforce-eager", "--port", str(port), "--host", "127.0.0.1",
            "--served-model-name", s.model.name]
+    if s.num_gpu_blocks_override:
+        cmd += ["--num-gpu-blocks-override", str(s.num_gpu_blocks_override)]
     if system.policy == "priority":
         cmd += ["--scheduling-policy", "priority"]
     return cmd
+
+
+def environment(s: Settings) -> dict[str, str]:
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(s.kv_gib),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if s.cpu_bind:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_bind
+    return env
 
 
 class Server:
@@ -95,15 +117,14 @@ class Server:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"{system.spec.replace(':', '-')}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 (open while the server runs)
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_gib),
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         # A process group of its own (vLLM spawns engine processes; stop() signals them
         # all) but the client's session: a new session is a new scheduler autogroup on
         # Linux, and with the server's busy engine threads in their own group the daemon's
         # and the client's wake-ups lag (measured: mean TTFT 19 ms -> 252 ms at 3 req/s on
         # the tiny model, docs/benchmarks.md).
-        self.proc = subprocess.Popen(_command(system, settings, self.port, workdir),
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=env,
+        self.proc = subprocess.Popen(command(system, settings, self.port, workdir),
+                                     stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=environment(settings),
                                      process_group=0)
         self.timeout_s = settings.startup_timeout_s
 

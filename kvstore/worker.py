@@ -27,8 +27,11 @@ from kvstore.plan import StepPlan
 from kvstore.quant import Quantization
 from kvstore.store import BlockData
 
-# Orders of the K and V halves: `half.flatten()[order]` is token-major; None: keep as is.
+# Orders of the K and V halves: `half.flatten()[order]` is token-major (or _CHANNEL_MAJOR);
+# None: keep as is.
 HalfOrders = tuple[torch.Tensor | None, torch.Tensor | None]
+# Stands for the channel-major order, which a transpose undoes.
+_CHANNEL_MAJOR = torch.empty(0, dtype=torch.long)
 # Integers up to 256 are exact in bfloat16, float16 and float32: the probe's codes.
 _EXACT_CODES = 256
 
@@ -95,11 +98,12 @@ class BlockMover:
         orders = cache_layout(self._layers[0].dtype, tokens, channels)
         self.layout = {name: describe(order, tokens, channels)
                        for name, order in zip("KV", orders, strict=True)}
-        identity = torch.arange(tokens * channels)
-        kept = [None if order is None or torch.equal(order, identity) else order
-                for order in orders]
+        kept = [None if layout in ("unknown", "token-major") else
+                _CHANNEL_MAJOR if layout == "channel-major" else order
+                for order, layout in zip(orders, self.layout.values(), strict=True)]
         self._to_tokens = (kept[0], kept[1])
-        inverse = [None if order is None else torch.argsort(order) for order in kept]
+        inverse = [order if order is None or order is _CHANNEL_MAJOR else torch.argsort(order)
+                   for order in kept]
         self._to_cache = (inverse[0], inverse[1])
 
     def block_shape(self) -> tuple[int, ...]:
@@ -139,18 +143,29 @@ class BlockMover:
     def _read(self, block_id: int) -> torch.Tensor:
         """All layers of one block, token-major where the layout is known."""
         shape = self.block_shape()
-        flat = torch.stack([layer[block_id].view(shape[1], 2, -1) for layer in self._layers])
-        return _reorder(flat, self._to_tokens).view(shape)
+        heads, tokens, channels = shape[1], shape[3], shape[4]
+        block = torch.empty(shape, dtype=self._layers[0].dtype)
+        for layer, out in zip(self._layers, block, strict=True):
+            halves = layer[block_id].view(heads, 2, -1)
+            for half, order in enumerate(self._to_tokens):
+                source = halves[:, half]
+                if order is _CHANNEL_MAJOR:  # a strided copy, far cheaper than a gather
+                    out[:, half].copy_(source.view(heads, channels, tokens).transpose(1, 2))
+                elif order is not None:
+                    out[:, half].copy_(source.index_select(-1, order).view(heads, tokens, -1))
+                else:
+                    out[:, half].copy_(source.view(heads, tokens, channels))
+        return block
 
     def _write(self, block_id: int, block: torch.Tensor) -> None:
-        flat = _reorder(block.reshape(*block.shape[:3], -1), self._to_cache)
-        for layer, layer_block in zip(self._layers, flat, strict=True):
-            layer[block_id].copy_(layer_block.view(layer[block_id].shape))
-
-
-def _reorder(flat: torch.Tensor, orders: HalfOrders) -> torch.Tensor:
-    """`flat` [layers, heads, K|V, elements] with each half's elements permuted by its order."""
-    if all(order is None for order in orders):
-        return flat
-    return torch.stack([half if order is None else half.index_select(-1, order)
-                        for half, order in zip(flat.unbind(2), orders, strict=True)], dim=2)
+        heads, tokens, channels = block.shape[1], block.shape[3], block.shape[4]
+        for layer, source in zip(self._layers, block, strict=True):
+            halves = layer[block_id].view(heads, 2, -1)
+            for half, order in enumerate(self._to_cache):
+                out, values = halves[:, half], source[:, half]
+                if order is _CHANNEL_MAJOR:
+                    out.view(heads, channels, tokens).copy_(values.transpose(1, 2))
+                elif order is not None:
+                    out.copy_(values.reshape(heads, -1).index_select(-1, order))
+                else:
+                    out.view(heads, tokens, channels).copy_(values)

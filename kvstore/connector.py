@@ -118,6 +118,7 @@ class LengthwiseConnector(KVConnectorBase_V1):
                            layers={name: _shape(t) for name, t in kv_caches.items()})
         assert self._mover is not None
         self._mover.register(kv_caches)
+        self._trace.record("layout", **self._mover.layout)
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         plan = self._get_connector_metadata()

@@ -34,5 +34,6 @@ def test_int8_bytes_per_token_against_the_engine_dtype(dtype: torch.dtype, ratio
     plain = encoded_nbytes(shape, dtype, "none")
     assert plain == 30 * 3 * 2 * 128 * 64 * dtype.itemsize
     assert encoded_nbytes(shape, dtype, "int8") / plain == pytest.approx(ratio)
+    assert encoded_nbytes(shape, dtype, "int8") <= 0.55 * plain  # issue 12's target
     quantized, scales = quantize(torch.ones(shape, dtype=dtype))
     assert quantized.nbytes + scales.nbytes == encoded_nbytes(shape, dtype, "int8")

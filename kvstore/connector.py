@@ -166,9 +166,10 @@ class LengthwiseConnector(KVConnectorBase_V1):
     def get_num_new_matched_tokens(self, request: Request,
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
         assert self._planner is not None
-        matched = self._planner.matched_tokens(request.request_id, list(request.block_hashes),
-                                               list(request.all_token_ids),
-                                               num_computed_tokens)
+        # Called for every waiting request at every engine step: the request's own
+        # sequences, read in slices, not copies of them.
+        matched = self._planner.matched_tokens(request.request_id, request.block_hashes,
+                                               request.all_token_ids, num_computed_tokens)
         self._trace.record("get_num_new_matched_tokens", request_id=request.request_id,
                            num_computed_tokens=num_computed_tokens,
                            num_tokens=request.num_tokens,
@@ -225,7 +226,7 @@ class LengthwiseConnector(KVConnectorBase_V1):
                          ) -> tuple[bool, dict[str, Any] | None]:
         assert self._planner is not None
         saving = self._planner.finished(
-            request.request_id, list(request.block_hashes), list(request.all_token_ids),
+            request.request_id, request.block_hashes, request.all_token_ids,
             request.num_computed_tokens, list(block_ids),
             wants_offload(request.kv_transfer_params, self._decisions_dir))
         self._trace.record("request_finished", request_id=request.request_id,

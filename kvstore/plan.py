@@ -7,6 +7,7 @@ half a `StepPlan` to execute in order: drops, then saves, then loads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,8 +69,8 @@ class Planner:
         self.load_failed_tokens = 0
         self._next = StepPlan()
 
-    def matched_tokens(self, request_id: str, hashes: list[bytes], token_ids: list[int],
-                       num_computed_tokens: int) -> int:
+    def matched_tokens(self, request_id: str, hashes: Sequence[bytes],
+                       token_ids: Sequence[int], num_computed_tokens: int) -> int:
         """Tokens beyond `num_computed_tokens` (vLLM's own hits: whole blocks) the store can
         supply: stored whole blocks, then the first tokens of the next block if it is
         stored whole, else as much of the stored tail after them as agrees with the
@@ -97,7 +98,7 @@ class Planner:
         if num_external_tokens > 0 and load is not None:
             self._loads[request_id] = load
 
-    def finished(self, request_id: str, hashes: list[bytes], token_ids: list[int],
+    def finished(self, request_id: str, hashes: Sequence[bytes], token_ids: Sequence[int],
                  num_computed_tokens: int, block_ids: list[int], offload: bool) -> int:
         """Plan the save of a finished request's computed tokens: its whole blocks and the
         tail in the block after them; how many tokens."""

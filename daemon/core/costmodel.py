@@ -28,11 +28,11 @@ class Coefficients(Protocol):
     def decode_per_context_token_s(self) -> float: ...
 
 
-
 def context_reads(context_tokens: float, out_tokens: float) -> float:
     """Context tokens read by the decode steps that make `out_tokens` more tokens after
     `context_tokens`: the context grows by one per step, context + 1, context + 2, ..."""
     return out_tokens * (context_tokens + (out_tokens + 1) / 2) if out_tokens > 0 else 0.0
+
 
 @dataclass(slots=True, frozen=True)
 class CostModel:

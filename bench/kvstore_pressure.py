@@ -73,6 +73,7 @@ slowdown = 50.0
 [policies.alise]
 offload = {str(offload).lower()}
 max_resident_jobs = 0
+max_preemptions = {args.max_preemptions}
 [kvstore]
 enabled = true
 quantization = "{args.quantization}"
@@ -90,6 +91,7 @@ def system(args: argparse.Namespace, name: str) -> tuple[System, Settings]:
     settings: model, dtype, max_num_seqs, KV GiB and the KV cut, prefix caching on, the same
     cores for the engine's threads."""
     settings = Settings(model=Path(args.model), dtype=args.dtype, max_num_seqs=args.max_running,
+                        max_model_len=args.max_model_len,
                         num_gpu_blocks_override=args.blocks, cpu_bind=args.cpu_bind,
                         startup_timeout_s=900.0,  # a spawned engine: minutes on a busy host
                         extra_toml="" if name == "vllm" else _alise_toml(args, name == "offload"))
@@ -122,8 +124,9 @@ async def _load(base: str, args: argparse.Namespace, seed: int) -> list[float]:
     rng = random.Random(seed)
     jobs = []
     for i in range(args.long + args.short):
-        prompt = [rng.randrange(200, 40000) for _ in range(rng.randrange(*args.prompt))]
         long = i < args.long
+        lengths = args.prompt if long else (args.short_prompt or args.prompt)
+        prompt = [rng.randrange(200, 40000) for _ in range(rng.randrange(*lengths))]
         delay = 0.0 if long else args.lead_s + (i - args.long) * args.gap_s
         jobs.append((prompt, args.long_tokens if long else args.short_tokens, delay))
     async with httpx.AsyncClient() as client:
@@ -190,7 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--profile",
                         default=str(ROOT / "bench" / "profiles" / "tiny-llama-cpu-stack.json"))
-    parser.add_argument("--blocks", type=int, default=24, help="KV blocks of 128 tokens")
+    parser.add_argument("--blocks", type=int, default=24,
+                        help="KV blocks of 128 tokens (vLLM needs >= max-model-len / 128)")
+    parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--max-running", type=int, default=2)
     parser.add_argument("--cpu-bind", default=",".join(map(str, sorted(os.sched_getaffinity(0)))),
                         help="cores for every engine's OpenMP threads (VLLM_CPU_OMP_THREADS_BIND;"
@@ -200,7 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--capacity-mib", type=int, default=512)
     parser.add_argument("--long", type=int, default=4)
     parser.add_argument("--short", type=int, default=8)
-    parser.add_argument("--prompt", type=int, nargs=2, default=[700, 1000])
+    parser.add_argument("--prompt", type=int, nargs=2, default=[700, 1000],
+                        help="prompt tokens [lo, hi) of the long jobs, and of the short"
+                        " ones unless --short-prompt")
+    parser.add_argument("--short-prompt", type=int, nargs=2,
+                        help="prompt tokens [lo, hi) of the short jobs (default: --prompt)")
+    parser.add_argument("--max-preemptions", type=int, default=2,
+                        help="alise's max_preemptions per job (its default: 2)")
     parser.add_argument("--long-tokens", type=int, default=400)
     parser.add_argument("--short-tokens", type=int, default=16)
     parser.add_argument("--lead-s", type=float, default=1.0)

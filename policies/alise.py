@@ -2,7 +2,8 @@
 
 - Remaining time T = T_prefill + T_decode from the fitted cost model (daemon.core.costmodel):
   a waiting job pays the prefill of its prompt plus what it already generated (recompute on
-  resume), a running one only its decode share at the configured batch size.
+  resume; one token if its KV was offloaded to kvstore), a running one only its decode
+  share at the configured batch size.
 - Priority queues with virtual aging. The paper's queues are levels of remaining time; here
   a level is log2(T) (continuous: each level halves T) and a waiting job climbs one level
   per `age_threshold_s` seconds. The heap key log2(T) + enqueue_time / θ orders waiting
@@ -15,7 +16,8 @@
   not in the ALISE paper); its answer replaces the doubled estimate. Without one the
   request is a no-op and demote-and-double alone corrects the estimate.
 - Iteration-level preemption: a waiting job replaces the running job with the most time
-  left when that time, net of the victim's resume cost (re-prefill), exceeds
+  left when that time, net of the victim's resume cost (re-prefill; a reload with
+  `offload`, ALISE's swap), exceeds
   (1 + margin) x the candidate's aged time; at most `max_preemptions` per job.
 - EWT and KV residency (keep / offload / drop) for jobs holding KV: policies.alise_wait.
   Decided for a job when it is preempted (preempt_residency; OFFLOAD makes the executor
@@ -40,6 +42,11 @@ from policies.alise_wait import Holder, estimate_waits, plan_residency, work_ahe
 from policies.common import Params, failed, pick_victim
 
 _MIN_TIME_S = 1e-6  # log2 floor
+# Tokens a job whose KV was offloaded to kvstore computes when it resumes: vLLM computes
+# the last one for its logits (docs/kvstore.md). The copy back is not counted: 0.02-0.07 s
+# per ~1,000 SmolLM2 tokens unquantized, 0.04-0.48 s INT8 (bench.kvstore_blockcopy), against
+# ~0.64 s to prefill them (bench/profiles/smollm2-135m-cpu.json).
+_OFFLOADED_RESUME_TOKENS = 1
 
 
 class ALISEParams(Params, frozen=True):
@@ -94,7 +101,10 @@ class ALISE(Policy):
 
     def remaining_s(self, job: Job) -> float:
         context = job.num_prompt_tokens + job.num_generated_tokens
-        prefill = 0 if job.status is JobStatus.RUNNING else context
+        if job.status is JobStatus.RUNNING:
+            prefill = 0
+        else:
+            prefill = _OFFLOADED_RESUME_TOKENS if job.kv_offloaded else context
         return self.cost.job_time_s(prefill, context, job.predicted_remaining_tokens,
                                     self.batch_hint)
 
@@ -137,7 +147,12 @@ class ALISE(Policy):
                            lambda _, victim: self._net_gain_s(victim) > bar)
 
     def _net_gain_s(self, victim: Job) -> float:
-        resume = self.cost.prefill_s(victim.num_prompt_tokens + victim.num_generated_tokens)
+        """What preempting `victim` frees, net of what its resume will cost: a re-prefill
+        of its context, or with `offload` a reload from kvstore (one token computed; the
+        victim may be kept instead, when its blocks most likely are still in the engine)."""
+        context = victim.num_prompt_tokens + victim.num_generated_tokens
+        resume = self.cost.prefill_s(_OFFLOADED_RESUME_TOKENS if self.params.offload
+                                     else context)
         return self.remaining_s(victim) - resume
 
     def preempt_residency(self, job: Job, ctx: DispatchContext) -> KVResidency:

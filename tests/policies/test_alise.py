@@ -91,6 +91,24 @@ def test_preemption_counts_the_victims_resume_cost() -> None:
     assert policy.choose_victim(candidate, [heavy], now=0.0) is None
 
 
+def test_offloaded_kv_makes_resume_and_preemption_cheap() -> None:
+    """A job whose KV was offloaded to kvstore resumes by reloading it: one token computed,
+    not its context. With `offload` on, a victim's resume is charged as such a reload, so
+    a long-context job that drop must not preempt (its re-prefill eats the gain) is one."""
+    policy = ALISE(ALISEParams(margin=0.0), COST, max_running=4)
+    dropped = job("d", prompt=2000, predicted=100.0, generated=60)
+    offloaded = job("o", prompt=2000, predicted=100.0, generated=60)
+    offloaded.kv_offloaded = True
+    decode = COST.decode_share_s(2060, 40, 4)
+    assert policy.remaining_s(dropped) == pytest.approx(COST.prefill_s(2060) + decode)
+    assert policy.remaining_s(offloaded) == pytest.approx(COST.prefill_s(1) + decode)
+    candidate = job("c", prompt=10, predicted=120.0)
+    heavy = job("h", prompt=30_000, predicted=200.0, generated=100, status=JobStatus.RUNNING)
+    assert policy.choose_victim(candidate, [heavy], now=0.0) is None
+    swapping = ALISE(ALISEParams(margin=0.0, offload=True), COST, max_running=4)
+    assert swapping.choose_victim(candidate, [heavy], now=0.0) is heavy
+
+
 def test_estimated_wait_is_work_ahead_capped_by_aging() -> None:
     classes = np.array([0.0, 0.0, 0.0, 1.0])
     keys = np.array([1.0, 2.0, 6.0, 0.5])

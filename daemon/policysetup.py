@@ -4,11 +4,15 @@ the Config (they import only daemon.core)."""
 
 from __future__ import annotations
 
+import logging
+
 from daemon.config import Config
 from daemon.core import placement
 from daemon.core.policy import Policy
 from daemon.costprofile import cost_model
 from policies import registry
+
+log = logging.getLogger(__name__)
 
 
 def make_policy(config: Config, name: str | None = None) -> Policy:
@@ -18,4 +22,7 @@ def make_policy(config: Config, name: str | None = None) -> Policy:
     params = getattr(config.policies, section) if section else None
     policy = registry.create(name, params, cost_model(config), config.scheduler.max_running)
     policy.placement = placement.make(config.scheduler.placement)
+    if getattr(params, "offload", False) and not config.kvstore.enabled:
+        log.warning("policies.%s.offload is on but [kvstore] is not enabled: preempted jobs'"
+                    " KV is not saved (set kvstore.enabled = true)", section)
     return policy

@@ -10,6 +10,10 @@ keep running across windows and a waiting job preempts a running one only when i
 margin: victim's remaining > (1 + margin) x candidate's remaining. A job is preempted at
 most `max_preemptions` times (the core enforces it), which bounds churn and, with aging,
 every job's completion time. Request classes come first (see policies.common.pick_victim).
+With `offload`, a preempted job's KV is saved to kvstore at its abort and reloaded at its
+resume (needs [kvstore] enabled; without it, or by default, the KV waits in the engine's
+prefix cache until the engine needs the blocks). There is no estimated wait here, so every
+victim is offloaded: a save costs a block copy (docs/kvstore.md).
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from daemon.core.costmodel import CostModel
-from daemon.core.job import Job
-from daemon.core.policy import Policy, class_rank
+from daemon.core.job import Job, KVResidency
+from daemon.core.policy import DispatchContext, Policy, class_rank
 from policies.common import Params, failed, pick_victim, true_remaining
 
 
@@ -34,6 +38,9 @@ class ISRTFParams(Params, frozen=True):
     max_preemptions: int = 2
     # Seconds one batch of re-predictions may take before the old predictions are kept.
     repredict_timeout_s: float = 1.0
+    # Preempted jobs' KV is saved to kvstore (needs [kvstore] enabled), not left in the
+    # engine's prefix cache, where the engine may evict it (then the resume recomputes).
+    offload: bool = False
 
     def problems(self) -> list[str]:
         return failed([
@@ -58,6 +65,7 @@ class ISRTF(Policy):
         self.margin = params.margin
         self.max_preemptions = params.max_preemptions
         self.repredict_timeout_s = params.repredict_timeout_s
+        self.offload = params.offload
 
     def order_key(self, job: Job) -> float:
         return self.remaining_tokens(job)
@@ -74,6 +82,9 @@ class ISRTF(Policy):
 
     def choose_victim(self, candidate: Job, running: Sequence[Job], now: float) -> Job | None:
         return pick_victim(candidate, running, self.remaining_tokens, self._pays)
+
+    def preempt_residency(self, job: Job, ctx: DispatchContext) -> KVResidency:
+        return KVResidency.OFFLOAD if self.offload else KVResidency.KEEP
 
     def _pays(self, candidate: Job, victim: Job) -> bool:
         bar = (1.0 + self.margin) * self.remaining_tokens(candidate)

@@ -88,3 +88,16 @@ def test_costmodel_profile_drives_policies_and_a_bad_one_is_refused(tmp_path: Pa
     for path in (bad, tmp_path / "missing.json"):
         with pytest.raises(ConfigError, match="costmodel.profile"):
             config.decode(f'[costmodel]\nprofile = "{path}"\n')
+
+
+@pytest.mark.parametrize("policy", ["alise", "isrtf"])
+def test_offload_without_kvstore_is_warned_about(policy: str,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    off = f'[scheduler]\npolicy = "{policy}"\n[policies.{policy}]\noffload = true\n'
+    with caplog.at_level("WARNING", logger="daemon.policysetup"):
+        make_policy(config.decode(off))
+        assert f"policies.{policy}.offload is on but [kvstore] is not enabled" in caplog.text
+        caplog.clear()
+        make_policy(config.decode(off + "[kvstore]\nenabled = true\n"))
+        make_policy(config.decode(f'[scheduler]\npolicy = "{policy}"\n'))
+    assert not caplog.text

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from daemon.config import PoliciesConfig
-from daemon.core.job import Job, JobStatus
+from daemon.core.job import Job, JobStatus, KVResidency
 from policies.isrtf import ISRTF, ISRTFParams, OracleSRPT
 from tests.policies import harness
 from tests.policies.fakes import job
@@ -101,3 +101,17 @@ def test_preemptions_per_job_are_bounded(bound: int) -> None:
                          workload)
     assert result.jobs[0].num_preemptions == bound
     assert all(j.status is JobStatus.FINISHED for j in result.jobs)
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_preempted_jobs_are_offloaded_with_offload_else_kept(offload: bool) -> None:
+    """`offload` sends every victim's KV to kvstore (the executor saves it at the abort);
+    without it the KV is left in the engine's prefix cache (KEEP)."""
+    params = PoliciesConfig(isrtf=ISRTFParams(offload=offload))
+    workload = [Spec(0.0, 50, 400, predicted=400.0)] + [
+        Spec(0.05 + 0.01 * i, 20, 10, predicted=10.0) for i in range(3)]
+    result = harness.run(harness.make_config("isrtf", max_running=1, policies=params),
+                         workload)
+    preempted = [j for j in result.jobs if j.num_preemptions]
+    expected = KVResidency.OFFLOAD if offload else KVResidency.KEEP
+    assert preempted and all(j.kv_residency is expected for j in preempted)

@@ -27,13 +27,14 @@ system, the median (min-max) over repetitions of mean and p99 JCT. Also the mean
 the long and of the short jobs.
 
 The SmolLM2 workload of docs/kvstore.md section 6 (long jobs with 1,400-1,700-token
-prompts, KV for two of them, preemptions up to 8 per job):
+prompts, KV for two of them, preemptions up to 8 per job; a short job every 3 s preempts
+a long one, every 1.5 s seldom does):
 
     PYTHONPATH=$PWD .venv/bin/python -m bench.kvstore_pressure --reps 3 \
         --model models/smollm2-135m-instruct --dtype bfloat16 \
         --profile bench/profiles/smollm2-135m-cpu.json --blocks 32 --long 4 \
         --long-tokens 300 --prompt 1400 1700 --short 16 --short-prompt 700 1000 \
-        --gap-s 1.5 --max-preemptions 8
+        --gap-s 3.0 --max-preemptions 8
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ SYSTEMS = ("offload", "drop", "vllm")
 # What each run prints, in this order; "n/a" where a system has no such figure (vLLM's
 # server has no resumes or kvstore, the daemon does not export its engine's preemptions).
 FIGURES = ("mean_jct_s", "p99_jct_s", "long_mean_jct_s", "short_mean_jct_s",
-           "preemptions_total", "engine_preemptions_total", "resume_total", "recomputed_share", "offloaded_share",
+           "preemptions_total", "engine_preemptions_total", "resume_total",
+           "recomputed_share", "offloaded_share",
            "resume_context_tokens_total", "resume_recomputed_tokens_total",
            "kvstore_saved_tokens_total", "kvstore_loaded_tokens_total",
            "kvstore_evicted_tokens_total")

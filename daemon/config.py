@@ -240,6 +240,11 @@ class KVStoreConfig(_Section, frozen=True):
     # How blocks are stored: "int8" (per-channel scales, ~0.52x of bf16) or "none" (the
     # engine's own dtype: a resume is exactly the uninterrupted run).
     quantization: Literal["int8", "none"] = "int8"
+    # Engine failures (deaths, hangs) with the connector loaded after which an executor
+    # restarts its engine without it (preempted jobs then recompute), so a connector that
+    # crashes the engine cannot keep it restarting; 0 = never give up on it. Failures of
+    # any cause count: the engine does not say why it died.
+    max_engine_failures: int = 3
 
 
 class LogConfig(_Section, frozen=True):
@@ -319,8 +324,8 @@ def validate(config: Config, source: str) -> None:
         problems.append("engine.cpu_kv_cache_gib must be >= 1")
     if config.sim.kv_capacity_tokens < SIM_KV_BLOCK_TOKENS:
         problems.append(f"sim.kv_capacity_tokens must be >= {SIM_KV_BLOCK_TOKENS}")
-    if config.kvstore.capacity_bytes < 0:
-        problems.append("kvstore.capacity_bytes must be >= 0")
+    if config.kvstore.capacity_bytes < 0 or config.kvstore.max_engine_failures < 0:
+        problems.append("kvstore.capacity_bytes and max_engine_failures must be >= 0")
     if config.engine.num_gpu_blocks_override < 0:
         problems.append("engine.num_gpu_blocks_override must be >= 0")
     if config.engine.max_num_seqs < 1:

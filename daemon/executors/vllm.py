@@ -92,8 +92,10 @@ class VLLMExecutor(Executor):
         self._config = config
         self._engine: Any = None
         self._building: asyncio.Future[Any] | None = None
-        # kvstore: on until an engine failed to start with it; its decisions folder.
+        # kvstore: on until an engine failed to start with it, or died with it too often
+        # (kvstore.max_engine_failures); its decisions folder.
         self._kvstore = config.kvstore.enabled
+        self._kvstore_failures = 0  # engine deaths with the connector loaded
         self._decisions_dir: str | None = None
         self._kvstore_before = KVStoreTotals()  # totals of engines this executor replaced
         self._kvstore_now = KVStoreTotals()  # the current engine's, as last reported
@@ -249,6 +251,14 @@ class VLLMExecutor(Executor):
         return self.engine_problem()
 
     async def restart_engine(self) -> None:
+        if self.kvstore_active:  # the engine that failed had the connector
+            self._kvstore_failures += 1
+            limit = self._config.kvstore.max_engine_failures
+            if limit and self._kvstore_failures >= limit:
+                log.warning("executor %s: its engine failed %d times with kvstore loaded; it "
+                            "restarts without it: preempted jobs recompute on resume "
+                            "(kvstore.max_engine_failures)", self.name, self._kvstore_failures)
+                self._kvstore = False
         self._stop_engine()
         # The new engine's store starts empty and counts from zero.
         self._kvstore_before = self._kvstore_before.plus(self._kvstore_now)

@@ -43,9 +43,9 @@ from policies.common import Params, failed, pick_victim
 
 _MIN_TIME_S = 1e-6  # log2 floor
 # Tokens a job whose KV was offloaded to kvstore computes when it resumes: vLLM computes
-# the last one for its logits (docs/kvstore.md). The copy back is not counted: 0.02-0.07 s
-# per ~1,000 SmolLM2 tokens unquantized, 0.04-0.48 s INT8 (bench.kvstore_blockcopy), against
-# ~0.64 s to prefill them (bench/profiles/smollm2-135m-cpu.json).
+# the last one for its logits (docs/kvstore.md). The copy is not counted: a save + load
+# of ~1,000 SmolLM2 tokens took 0.03 s unquantized, 0.06 s INT8, against 0.74-0.76 s to
+# prefill them again (bench.kvstore_resume, docs/kvstore.md section 4).
 _OFFLOADED_RESUME_TOKENS = 1
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from kvstore.plan import Planner, wants_offload
 from kvstore.store import BlockIndex, chain_hashes, tail_key
 
@@ -10,6 +12,19 @@ BLOCK = 4
 
 def _planner(capacity_blocks: int = 16) -> Planner:
     return Planner(BlockIndex(capacity_blocks * 10, BLOCK, 10))
+
+
+def _saved(num_tokens: int, computed: int) -> tuple[Planner, list[int], list[bytes]]:
+    """A planner whose store holds request "old" (tokens 0..num_tokens-1, `computed` of
+    them computed, in blocks 0, 1, ...), its save sent; and that request's tokens and
+    whole-block hashes."""
+    planner = _planner()
+    tokens = list(range(num_tokens))
+    hashes = chain_hashes(tokens, BLOCK)
+    block_ids = list(range(math.ceil(computed / BLOCK)))  # the tail has a block too
+    planner.finished("old", hashes, tokens, computed, block_ids, offload=True)
+    planner.build([])
+    return planner, tokens, hashes
 
 
 def test_offload_flag() -> None:
@@ -34,11 +49,7 @@ def test_finished_request_saves_its_computed_whole_blocks_and_tail() -> None:
 
 
 def test_matched_tokens_leave_one_token_to_compute_and_start_after_local_hits() -> None:
-    planner = _planner()
-    tokens = list(range(12))
-    hashes = chain_hashes(tokens, BLOCK)
-    planner.finished("old", hashes, tokens, 12, [0, 1, 2], offload=True)
-    planner.build([])
+    planner, tokens, hashes = _saved(12, 12)
     # 12 tokens, all 3 blocks stored: the last token must still be computed, so only the
     # first 3 tokens of the last block are loaded.
     assert planner.matched_tokens("new", hashes, tokens, 0) == 11
@@ -52,11 +63,7 @@ def test_matched_tokens_leave_one_token_to_compute_and_start_after_local_hits() 
 def test_a_resume_loads_everything_but_its_last_token() -> None:
     """Aborted after computing 10 tokens (2 blocks + a 2-token tail), resumed as its 11
     tokens: all 10 are loaded, the tail into the first slots of the third block."""
-    planner = _planner()
-    tokens = list(range(11))
-    hashes = chain_hashes(tokens, BLOCK)
-    planner.finished("old", hashes, tokens, 10, [0, 1, 2], offload=True)
-    planner.build([])
+    planner, tokens, hashes = _saved(11, 10)
     assert planner.matched_tokens("new", hashes, tokens, 0) == 10
     assert planner.matched_tokens("new", hashes, tokens, 8) == 2  # only the tail is new
     planner.allocated("new", 2)
@@ -76,11 +83,7 @@ def test_a_resume_loads_everything_but_its_last_token() -> None:
 
 
 def test_nothing_is_loaded_without_an_allocation() -> None:
-    planner = _planner()
-    tokens = list(range(9))
-    hashes = chain_hashes(tokens, BLOCK)
-    planner.finished("old", hashes, tokens, 9, [0, 1, 2], offload=True)
-    planner.build([])
+    planner, tokens, hashes = _saved(9, 9)
     assert planner.matched_tokens("new", hashes, tokens, 0) == 8
     planner.allocated("new", 0)  # vLLM could not allocate for the external tokens
     assert planner.build([("new", [5, 6, 7])]).loads == []
@@ -98,12 +101,8 @@ def test_evictions_reach_the_worker_before_the_saves_that_replace_them() -> None
 
 
 def test_failed_loads_count_the_tokens_vllm_computes_again() -> None:
-    planner = _planner()
-    tokens = list(range(20))
-    hashes = chain_hashes(tokens, BLOCK)
     # 18 computed tokens: 4 whole blocks and a 2-token tail.
-    planner.finished("old", hashes, tokens, 18, [0, 1, 2, 3, 4], offload=True)
-    planner.build([])
+    planner, tokens, hashes = _saved(20, 18)
     assert planner.matched_tokens("new", hashes, tokens[:19], 0) == 18
     planner.allocated("new", 18)
     plan = planner.build([("new", [20, 21, 22, 23, 24])])

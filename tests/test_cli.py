@@ -1,9 +1,13 @@
-"""`lengthwise serve` refuses a bad config at start-up, naming the problem, exit code 2."""
+"""`lengthwise serve` refuses a bad config at start-up, naming the problem, exit code 2; the
+benchmark commands hand off to the bench package, or say how to install it."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from tests.support import LENGTHWISE
 
@@ -70,3 +74,24 @@ def test_check_refuses_cores_this_host_lacks(tmp_path: Path, tiny_model: Path) -
     result = _serve(config, "--check")
     assert result.returncode == 3
     assert "'cpu:4096' names cores [4096] this process may not use" in result.stdout
+
+
+def test_bench_commands_hand_off_to_the_bench_package(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    from daemon.cli import main
+
+    for command in ("bench", "sim"):
+        with pytest.raises(SystemExit) as exit_info:  # argparse's --help
+            main([command, "--help"])
+        assert exit_info.value.code == 0
+        assert f"usage: lengthwise {command}" in capsys.readouterr().out
+
+
+def test_bench_commands_say_how_to_install_bench_when_it_is_absent(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from daemon.cli import main
+
+    monkeypatch.setitem(sys.modules, "bench", None)  # as if lengthwise-bench were not installed
+    for command in ("bench", "profile", "sim", "chaos"):
+        assert main([command, "run"]) == 3
+        assert "pip install -e ./bench" in capsys.readouterr().err

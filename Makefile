@@ -45,6 +45,7 @@ $(TINY)/config.json: $(MODEL)/config.json
 lint: setup
 	$(BIN)/ruff check daemon policies predictor kvstore bench tests
 	$(BIN)/mypy daemon policies
+	$(BIN)/lint-imports --no-logo
 
 clean:
 	rm -rf $(VENV) models

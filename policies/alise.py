@@ -37,7 +37,7 @@ import numpy as np
 
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, JobStatus, KVResidency
-from daemon.core.policy import DispatchContext, ExecutorView, Policy, class_rank
+from daemon.core.policy import Checkpoint, DispatchContext, ExecutorView, Policy, class_rank
 from policies.alise_wait import Holder, estimate_waits, plan_residency, work_ahead
 from policies.common import Params, failed, pick_victim
 
@@ -125,14 +125,14 @@ class ALISE(Policy):
         demote = max(math.floor(job.predicted_output_tokens) + 1, job.num_generated_tokens + 1)
         return min(window, demote)
 
-    def on_checkpoint(self, job: Job, now: float) -> bool:
+    def on_checkpoint(self, job: Job, now: float) -> Checkpoint:
         predicted = job.predicted_output_tokens
-        if predicted is not None:
+        if predicted is not None:  # outlived it: demote (double it until it is ahead)
             predicted = max(predicted, 1.0)
             while predicted <= job.num_generated_tokens:
                 predicted *= self.params.demote_factor
-            job.set_prediction(predicted)
-        return True  # re-predict (a no-op without an iterative predictor)
+        # re-predict too (a no-op without an iterative predictor)
+        return Checkpoint(repredict=True, predicted_output_tokens=predicted)
 
     # ---- preemption and placement -------------------------------------------------------
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, KVResidency
-from daemon.core.policy import DispatchContext, Policy, class_rank
+from daemon.core.policy import Checkpoint, DispatchContext, Policy, class_rank
 from policies.common import Params, failed, pick_victim, true_remaining
 
 
@@ -77,8 +77,8 @@ class ISRTF(Policy):
         window = self.window_tokens
         return (job.num_generated_tokens // window + 1) * window
 
-    def on_checkpoint(self, job: Job, now: float) -> bool:
-        return True  # re-predict the remaining length from prompt + partial output
+    def on_checkpoint(self, job: Job, now: float) -> Checkpoint:
+        return Checkpoint(repredict=True)  # the remaining length from prompt + partial output
 
     def choose_victim(self, candidate: Job, running: Sequence[Job], now: float) -> Job | None:
         return pick_victim(candidate, running, self.remaining_tokens, self._pays)

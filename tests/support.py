@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -11,6 +12,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from daemon.core.stream import JobEnd, OutputStream, TokenDelta
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOLLM2 = ROOT / "models" / "smollm2-135m-instruct"
@@ -125,3 +128,14 @@ class DaemonProcess:
             if line.startswith(prefix) and (line[len(name)] in " {"):
                 total += float(line.rsplit(" ", 1)[1])
         return total
+
+
+async def read_to_end(stream: OutputStream, timeout_s: float = 120.0
+                      ) -> tuple[list[TokenDelta], JobEnd]:
+    """Every delta a job's output stream gives, and its end."""
+    deltas: list[TokenDelta] = []
+    while True:
+        item = await asyncio.wait_for(stream.next(), timeout_s)
+        if isinstance(item, JobEnd):
+            return deltas, item
+        deltas.append(item)

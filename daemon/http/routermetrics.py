@@ -13,7 +13,6 @@ first for the same reason.
 
 from __future__ import annotations
 
-import collections
 import logging
 import statistics
 from collections.abc import Iterator
@@ -21,31 +20,12 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from daemon.core.job import Job, JobStatus, SamplingSpec
+from daemon.core.job import Job, SamplingSpec
 from daemon.executors.base import EngineStats
 from daemon.service import Service
 
 log = logging.getLogger(__name__)
-_RECENT_JOBS = 256  # finished jobs whose sizes define "median size" and the decode rate
 _LABELS = ["model_name", "engine"]
-
-
-class RecentJobs:
-    """Sizes and decode speed of recently finished jobs (fed by Scheduler.on_job_end)."""
-
-    def __init__(self) -> None:
-        self.prompt_tokens: collections.deque[int] = collections.deque(maxlen=_RECENT_JOBS)
-        self.output_tokens: collections.deque[int] = collections.deque(maxlen=_RECENT_JOBS)
-        self.tpot_s: collections.deque[float] = collections.deque(maxlen=_RECENT_JOBS)
-
-    def observe(self, job: Job) -> None:
-        if job.status != JobStatus.FINISHED or job.first_token_time is None:
-            return
-        self.prompt_tokens.append(job.num_prompt_tokens)
-        self.output_tokens.append(job.num_generated_tokens)
-        if job.num_generated_tokens > 1 and job.finish_time is not None:
-            decode_s = job.finish_time - job.first_token_time
-            self.tpot_s.append(decode_s / (job.num_generated_tokens - 1))
 
 
 class RouterCollector(Collector):
@@ -53,8 +33,7 @@ class RouterCollector(Collector):
         self._service = service  # its config is swapped on reload: read it at scrape time
         self._scheduler = service.scheduler
         self._predictions = service.predictions
-        self.recent = RecentJobs()
-        service.scheduler.on_job_end.append(self.recent.observe)
+        self.recent = service.metrics.recent
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield from self._vllm_families()
@@ -67,7 +46,7 @@ class RouterCollector(Collector):
     # ---- vLLM's names -------------------------------------------------------------------
 
     def _engine_stats(self) -> list[EngineStats]:
-        return [ex.engine_stats() or EngineStats() for ex in self._scheduler.executors]
+        return [ex.engine_stats() or EngineStats() for ex in self._service.executors]
 
     def _vllm_families(self) -> Iterator[GaugeMetricFamily]:
         sched, stats = self._scheduler, self._engine_stats()
@@ -97,7 +76,7 @@ class RouterCollector(Collector):
             yield info
         per_executor = GaugeMetricFamily("lengthwise_kv_cache_usage_perc", "KV-cache usage "
                                          "one engine reported, 0-1", labels=["executor"])
-        for ex, stat in zip(sched.executors, stats, strict=True):
+        for ex, stat in zip(sched.lanes, stats, strict=True):
             per_executor.add_metric([ex.name], stat.kv_cache_usage)
         yield per_executor
 
@@ -119,7 +98,7 @@ class RouterCollector(Collector):
         sched = self._scheduler
         per_executor = [(ex.name, sum(self.expected_remaining(job)
                                       for job in ex.running.values()))
-                        for ex in sched.executors]
+                        for ex in sched.lanes]
         queued = sum(self.expected_remaining(job) for job in sched.waiting)
         family.add_metric(["total"], queued + sum(tokens for _, tokens in per_executor))
         family.add_metric(["waiting"], queued)
@@ -151,10 +130,10 @@ class RouterCollector(Collector):
         a slot is free for it."""
         sched = self._scheduler
         ahead = self._jobs_ahead()
-        slots = sum(ex.max_running for ex in sched.executors)
+        slots = sum(ex.max_running for ex in sched.lanes)
         if sched.num_running + len(ahead) < slots:
             return 0.0
-        work = sum(self.expected_remaining(job) for ex in sched.executors
+        work = sum(self.expected_remaining(job) for ex in sched.lanes
                    for job in ex.running.values())
         work += sum(self.expected_remaining(job) for job in ahead)
         return work * self.seconds_per_token() / max(slots, 1)

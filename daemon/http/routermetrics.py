@@ -51,16 +51,17 @@ class RouterCollector(Collector):
     def _vllm_families(self) -> Iterator[GaugeMetricFamily]:
         sched, stats = self._scheduler, self._engine_stats()
         labels = [self._service.config.model.name, "all"]
-        in_engine = sum(s.num_waiting_reqs for s in stats)
-        admitted = sched.num_running
+        # Admitted by the core but not (yet) in an engine's running batch: queued inside
+        # the engine, or on their way to it.
+        in_batch = min(sum(s.num_running_reqs for s in stats), sched.num_running)
         waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting: in "
-                                    "lengthwise's queue plus any queued inside the engines",
-                                    labels=_LABELS)
-        waiting.add_metric(labels, len(sched.waiting) + in_engine)
+                                    "lengthwise's queue plus admitted ones not yet in an "
+                                    "engine's running batch", labels=_LABELS)
+        waiting.add_metric(labels, len(sched.waiting) + sched.num_running - in_batch)
         running = GaugeMetricFamily("vllm:num_requests_running", "Requests in the engines' "
-                                    "running batches (admitted, less those queued inside an "
-                                    "engine)", labels=_LABELS)
-        running.add_metric(labels, max(admitted - in_engine, 0))
+                                    "running batches, as the engines last reported them",
+                                    labels=_LABELS)
+        running.add_metric(labels, in_batch)
         blocks = sum(s.num_gpu_blocks for s in stats)
         used = sum(s.kv_cache_usage * s.num_gpu_blocks for s in stats)
         kv = GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV-cache usage of all engines "

@@ -11,10 +11,9 @@ import numpy as np
 
 from predictor.embcache import EmbeddingCache
 from predictor.encoder import TextEncoder
-from predictor.records import Record, conversation_key, read_records
+from predictor.records import Record, conversation_key, read_records, render
 from predictor.rows import FeatureRows
 from predictor.split import Split, is_dev, split_of
-from predictor.text import render
 
 
 @dataclass(slots=True)

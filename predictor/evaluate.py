@@ -12,8 +12,7 @@ from predictor.latency import batch_ms, percentiles, single_request_ms
 from predictor.manifest import Manifest
 from predictor.metrics import quality
 from predictor.quantiles import coverage
-from predictor.records import Record, is_first_turn
-from predictor.text import render
+from predictor.records import Record, is_first_turn, render
 
 LONG_PROMPT_CHARS = 3000  # comfortably over 512 encoder tokens (~4-5 chars per word piece)
 CONTEXT_TOKENS = 2048  # the serving model's context: longer answers cannot occur in serving

@@ -11,7 +11,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from predictor.encoder import resolve_encoder_path
-from predictor.text import Turn
+from predictor.records import Turn
 
 NUM_BIGRAM_BUCKETS = 1 << 15
 MAX_BAG_TOKENS = 512  # SSJF keeps the last 512 tokens of history + prompt

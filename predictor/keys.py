@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from predictor.features import BagTokenizer
-from predictor.text import Turn, render
+from predictor.records import Turn, render
 
 KEY_DIM = 256
 PROJECTION_SEED = 20240917  # fixed: keys must not change between runs

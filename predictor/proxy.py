@@ -16,8 +16,8 @@ from predictor.manifest import Manifest
 from predictor.model import Net
 from predictor.netio import load_net
 from predictor.quantiles import quantile_tokens, shifted
+from predictor.records import render
 from predictor.rows import FeatureRows, featurize
-from predictor.text import render
 from predictor.trainer import sort_quantiles
 
 

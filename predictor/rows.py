@@ -10,7 +10,7 @@ import torch
 
 from predictor.features import BagTokenizer, numeric_features, partial_features
 from predictor.model import NetInput
-from predictor.text import Turn, current_prompt, render
+from predictor.records import Turn, current_prompt, render
 
 
 @dataclass(slots=True)

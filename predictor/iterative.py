@@ -12,8 +12,7 @@ import torch
 from predictor.api import PredictInput, Predictor
 from predictor.features import BagTokenizer
 from predictor.manifest import Manifest
-from predictor.model import Net
-from predictor.netio import load_net
+from predictor.net import Net, load_net
 from predictor.rows import FeatureRows, add_partials, featurize
 
 

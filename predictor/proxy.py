@@ -13,8 +13,7 @@ from predictor.api import PredictInput, Predictor
 from predictor.encoder import TextEncoder
 from predictor.features import BagTokenizer
 from predictor.manifest import Manifest
-from predictor.model import Net
-from predictor.netio import load_net
+from predictor.net import Net, load_net
 from predictor.quantiles import quantile_tokens, shifted
 from predictor.records import render
 from predictor.rows import FeatureRows, featurize

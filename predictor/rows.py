@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from predictor.features import BagTokenizer, numeric_features, partial_features
-from predictor.model import NetInput
+from predictor.net import NetInput
 from predictor.records import Turn, current_prompt, render
 
 

@@ -10,10 +10,9 @@ import numpy as np
 
 from predictor.dataset import TrainData, chars_per_token
 from predictor.features import NUM_PARTIAL, NUMERIC_NAMES, BagTokenizer
-from predictor.manifest import Manifest, write_manifest
+from predictor.manifest import Manifest, NetConfig, write_manifest
 from predictor.metrics import quality
-from predictor.model import NetConfig
-from predictor.netio import save_net
+from predictor.net import save_net
 from predictor.records import Record
 from predictor.rows import FeatureRows, add_partials, featurize
 from predictor.train_proxy import ProxyOptions, base_manifest

@@ -13,10 +13,9 @@ from tqdm import tqdm
 from predictor.dataset import TrainData, attach_embeddings, chars_per_token, lengths, rendered
 from predictor.encoder import TextEncoder
 from predictor.features import NUMERIC_NAMES, BagTokenizer
-from predictor.manifest import Manifest, write_manifest
+from predictor.manifest import Manifest, NetConfig, write_manifest
 from predictor.metrics import linear_fit, quality, quintiles
-from predictor.model import NetConfig
-from predictor.netio import save_net
+from predictor.net import save_net
 from predictor.quantiles import conformal_offsets, coverage, quantile_tokens, shifted
 from predictor.records import is_first_turn
 from predictor.rows import FeatureRows, featurize

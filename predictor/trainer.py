@@ -10,7 +10,8 @@ import torch
 from tqdm import tqdm
 
 from predictor.losses import length_loss
-from predictor.model import LengthEnsemble, LengthNet, Net, NetConfig
+from predictor.manifest import NetConfig
+from predictor.net import LengthEnsemble, LengthNet, Net
 from predictor.rows import FeatureRows
 
 

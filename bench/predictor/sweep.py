@@ -18,8 +18,8 @@ import torch
 
 from predictor.dataset import lengths, load_train_dev
 from predictor.features import NUMERIC_NAMES, BagTokenizer
+from predictor.manifest import NetConfig
 from predictor.metrics import quality, quintiles
-from predictor.model import NetConfig
 from predictor.records import is_first_turn
 from predictor.rows import featurize
 from predictor.train_proxy import quantile_metrics

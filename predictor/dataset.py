@@ -9,10 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.embcache import EmbeddingCache
-from predictor.encoder import TextEncoder
 from predictor.records import Record, conversation_key, read_records, render
-from predictor.rows import FeatureRows
 from predictor.split import Split, is_dev, split_of
 
 
@@ -51,16 +48,6 @@ def lengths(records: list[Record]) -> np.ndarray:
 def chars_per_token(records: list[Record]) -> float:
     chars = sum(len(r.response) for r in records)
     return chars / max(1, sum(r.output_tokens for r in records))
-
-
-def attach_embeddings(rows: FeatureRows, texts: list[str], encoder: TextEncoder,
-                      cache_dir: Path | None, progress=None) -> None:
-    """Frozen-encoder embeddings, via the on-disk cache when one is given."""
-    if cache_dir is None:
-        rows.emb = encoder.embed(texts)
-        return
-    cache = EmbeddingCache(cache_dir)
-    rows.emb = cache.embed(encoder, texts, progress=progress)
 
 
 def rendered(records: list[Record]) -> list[str]:

@@ -10,10 +10,9 @@ import numpy as np
 import torch
 
 from predictor.api import PredictInput, Predictor
-from predictor.features import BagTokenizer
+from predictor.features import BagTokenizer, FeatureRows, add_partials, featurize
 from predictor.manifest import Manifest
 from predictor.net import Net, load_net
-from predictor.rows import FeatureRows, add_partials, featurize
 
 
 class IterativePredictor(Predictor):

@@ -10,13 +10,11 @@ import numpy as np
 import torch
 
 from predictor.api import PredictInput, Predictor
-from predictor.encoder import TextEncoder
-from predictor.features import BagTokenizer
+from predictor.features import BagTokenizer, FeatureRows, TextEncoder, featurize
 from predictor.manifest import Manifest
 from predictor.net import Net, load_net
 from predictor.quantiles import quantile_tokens, shifted
 from predictor.records import render
-from predictor.rows import FeatureRows, featurize
 from predictor.trainer import sort_quantiles
 
 

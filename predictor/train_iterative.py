@@ -9,12 +9,18 @@ import msgspec
 import numpy as np
 
 from predictor.dataset import TrainData, chars_per_token
-from predictor.features import NUM_PARTIAL, NUMERIC_NAMES, BagTokenizer
+from predictor.features import (
+    NUM_PARTIAL,
+    NUMERIC_NAMES,
+    BagTokenizer,
+    FeatureRows,
+    add_partials,
+    featurize,
+)
 from predictor.manifest import Manifest, NetConfig, write_manifest
 from predictor.metrics import quality
 from predictor.net import save_net
 from predictor.records import Record
-from predictor.rows import FeatureRows, add_partials, featurize
 from predictor.train_proxy import ProxyOptions, base_manifest
 from predictor.trainer import TrainConfig, calibration, fit, scores
 from predictor.windows import WindowExamples, window_examples

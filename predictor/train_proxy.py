@@ -10,15 +10,20 @@ import msgspec
 import numpy as np
 from tqdm import tqdm
 
-from predictor.dataset import TrainData, attach_embeddings, chars_per_token, lengths, rendered
-from predictor.encoder import TextEncoder
-from predictor.features import NUMERIC_NAMES, BagTokenizer
+from predictor.dataset import TrainData, chars_per_token, lengths, rendered
+from predictor.features import (
+    NUMERIC_NAMES,
+    BagTokenizer,
+    FeatureRows,
+    TextEncoder,
+    attach_embeddings,
+    featurize,
+)
 from predictor.manifest import Manifest, NetConfig, write_manifest
 from predictor.metrics import linear_fit, quality, quintiles
 from predictor.net import save_net
 from predictor.quantiles import conformal_offsets, coverage, quantile_tokens, shifted
 from predictor.records import is_first_turn
-from predictor.rows import FeatureRows, featurize
 from predictor.trainer import TrainConfig, all_outputs, calibration, fit_members, scores
 
 

@@ -9,10 +9,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from predictor.features import FeatureRows
 from predictor.losses import length_loss
 from predictor.manifest import NetConfig
 from predictor.net import LengthEnsemble, LengthNet, Net
-from predictor.rows import FeatureRows
 
 
 @dataclass(slots=True)

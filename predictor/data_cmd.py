@@ -7,10 +7,15 @@ from collections.abc import Iterator
 
 from tqdm import tqdm
 
-from predictor.outtok import TokenCounter
-from predictor.records import Message, Record, conversation_key, read_records, write_records
-from predictor.sharegpt import build_records, load_sharegpt_text, sharegpt_pairs
-from predictor.split import Split, split_of
+from predictor.dataset import (
+    Split,
+    TokenCounter,
+    build_records,
+    load_sharegpt_text,
+    log_pairs,
+    sharegpt_pairs,
+)
+from predictor.records import Record, write_records
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,13 +28,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=0, help="stop after N records (0: all)")
 
 
-def _log_pairs(path: str, split: Split) -> Iterator[tuple[str, list[Message], str]]:
-    """A request log is re-counted under --tokenizer; conversation key = id before '#'."""
-    for record in read_records(path):
-        if split_of(conversation_key(record.id)) is split:
-            yield record.id, list(record.messages), record.response
-
-
 def _limited(records: Iterator[Record], limit: int) -> Iterator[Record]:
     for i, record in enumerate(records):
         if limit and i >= limit:
@@ -38,12 +36,13 @@ def _limited(records: Iterator[Record], limit: int) -> Iterator[Record]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """A request log is re-split and re-counted under --tokenizer."""
     split = Split(args.split)
     counter = TokenCounter(args.tokenizer)
     if args.source == "log":
         if not args.input:
             raise SystemExit("--source log needs --input FILE")
-        pairs = _log_pairs(args.input, split)
+        pairs = log_pairs(args.input, split)
     else:
         pairs = sharegpt_pairs(split, load_sharegpt_text())
     records = tqdm(_limited(build_records(pairs, counter), args.limit), unit=" rec",

@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 from tqdm import tqdm
 
-from predictor.dataset import TrainData, chars_per_token, lengths, rendered
+from predictor.dataset import TrainData, chars_per_token, lengths
 from predictor.features import (
     NUMERIC_NAMES,
     BagTokenizer,
@@ -23,7 +23,7 @@ from predictor.manifest import Manifest, NetConfig, write_manifest
 from predictor.metrics import linear_fit, quality, quintiles
 from predictor.net import save_net
 from predictor.quantiles import conformal_offsets, coverage, quantile_tokens, shifted
-from predictor.records import is_first_turn
+from predictor.records import Record, is_first_turn, render
 from predictor.trainer import TrainConfig, all_outputs, calibration, fit_members, scores
 
 
@@ -46,6 +46,10 @@ class ProxyOptions:
     hidden: int = 256
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)  # levels of the quantile head; () = none
     members: int = 1  # nets averaged (seeds seed, seed + 1, ...)
+
+
+def rendered(records: list[Record]) -> list[str]:
+    return [render(r.messages) for r in records]
 
 
 def build_rows(records, bagger: BagTokenizer, opts: ProxyOptions,

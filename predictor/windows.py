@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictor.outtok import TokenCounter
+from predictor.dataset import TokenCounter
 from predictor.records import Record
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from predictor.outtok import TokenCounter
+from predictor.dataset import TokenCounter, turns_of
 from predictor.records import Message, Record, read_records, write_records
-from predictor.sharegpt import turns_of
 from tests.predictor.conftest import tokenizer_dir
 
 
@@ -45,7 +44,7 @@ def test_round_trip_and_validation(tmp_path) -> None:
 
 def test_request_log_is_resplit_and_recounted(tmp_path) -> None:
     from predictor.cli import main
-    from predictor.split import Split, split_of
+    from predictor.dataset import Split, split_of
 
     ids = [f"req-{i}" for i in range(40)]
     log = tmp_path / "log.jsonl"

@@ -7,9 +7,15 @@ import hashlib
 from hypothesis import given
 from hypothesis import strategies as st
 
+from predictor.dataset import (
+    Split,
+    is_dev,
+    iter_conversations,
+    load_sharegpt_text,
+    sharegpt_pairs,
+    split_of,
+)
 from predictor.records import read_records
-from predictor.sharegpt import iter_conversations, load_sharegpt_text, sharegpt_pairs
-from predictor.split import Split, is_dev, split_of
 
 
 def _first_hex(s: str) -> str:

@@ -47,8 +47,3 @@ def quantile_tokens(outputs: np.ndarray, levels: Sequence[float], qs: Sequence[f
     cols = [np.asarray([np.interp(q, lv, row) for row in logq]) for q in qs]
     out = np.stack(cols, axis=1) if cols else np.zeros((len(outputs), 0))
     return np.maximum(np.expm1(out), 1.0)
-
-
-def coverage(upper: np.ndarray, true: np.ndarray) -> float:
-    """Share of true lengths at or under the predicted quantile (0.9 for a calibrated p90)."""
-    return float(np.mean(np.asarray(true, np.float64) <= np.asarray(upper, np.float64)))

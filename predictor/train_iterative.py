@@ -9,6 +9,7 @@ import msgspec
 import numpy as np
 
 from predictor.dataset import TrainData, chars_per_token
+from predictor.evaluate import quality
 from predictor.features import (
     NUM_PARTIAL,
     NUMERIC_NAMES,
@@ -18,7 +19,6 @@ from predictor.features import (
     featurize,
 )
 from predictor.manifest import Manifest, NetConfig, write_manifest
-from predictor.metrics import quality
 from predictor.net import save_net
 from predictor.records import Record
 from predictor.train_proxy import ProxyOptions, base_manifest

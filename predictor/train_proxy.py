@@ -11,6 +11,7 @@ import numpy as np
 from tqdm import tqdm
 
 from predictor.dataset import TrainData, chars_per_token, lengths
+from predictor.evaluate import coverage, linear_fit, quality, quintiles
 from predictor.features import (
     NUMERIC_NAMES,
     BagTokenizer,
@@ -20,9 +21,8 @@ from predictor.features import (
     featurize,
 )
 from predictor.manifest import Manifest, NetConfig, write_manifest
-from predictor.metrics import linear_fit, quality, quintiles
 from predictor.net import save_net
-from predictor.quantiles import conformal_offsets, coverage, quantile_tokens, shifted
+from predictor.quantiles import conformal_offsets, quantile_tokens, shifted
 from predictor.records import Record, is_first_turn, render
 from predictor.trainer import TrainConfig, all_outputs, calibration, fit_members, scores
 

@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 
 from predictor.api import PredictInput, Predictor
-from predictor.latency import batch_ms, percentiles, single_request_ms
-from predictor.metrics import quality
+from predictor.evaluate import batch_ms, percentiles, quality, single_request_ms
 from predictor.records import Record, is_first_turn
 from predictor.windows import WindowExamples, window_examples
 

@@ -13,8 +13,7 @@ import numpy as np
 import torch
 
 from predictor import PredictInput, load_predictor
-from predictor.evaluate import LONG_PROMPT_CHARS
-from predictor.latency import single_request_ms
+from predictor.evaluate import LONG_PROMPT_CHARS, single_request_ms
 from predictor.records import read_records, render
 
 

@@ -11,8 +11,9 @@ import torch
 
 from predictor import PredictInput, load_predictor
 from predictor.cli import main
+from predictor.evaluate import coverage
 from predictor.losses import length_loss, listnet_loss, pinball_loss
-from predictor.quantiles import conformal_offsets, coverage, quantile_tokens, shifted
+from predictor.quantiles import conformal_offsets, quantile_tokens, shifted
 from predictor.records import read_records
 
 

@@ -12,9 +12,9 @@ import torch
 from predictor import PredictInput, load_predictor
 from predictor.cli import main
 from predictor.evaluate import coverage
-from predictor.losses import length_loss, listnet_loss, pinball_loss
 from predictor.quantiles import conformal_offsets, quantile_tokens, shifted
 from predictor.records import read_records
+from predictor.trainer import length_loss, listnet_loss, pinball_loss
 
 
 def test_pinball_loss_matches_its_definition() -> None:

@@ -11,10 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from predictor.api import PredictInput, Predictor
-from predictor.index import VectorIndex
-from predictor.keys import LexicalKeyer
+from predictor.index import LexicalKeyer, VectorIndex, atomic_write, load_newest_valid
 from predictor.manifest import Manifest, read_manifest
-from predictor.persist import atomic_write, load_newest_valid
 from predictor.proxy import ProxyPredictor
 
 INDEX_FILE = "index.lwidx"

@@ -15,10 +15,8 @@ import numpy as np
 from predictor.api import PredictInput
 from predictor.dataset import TrainData, lengths
 from predictor.evaluate import quality
-from predictor.index import VectorIndex
-from predictor.keys import LexicalKeyer, fit_idf
+from predictor.index import LexicalKeyer, VectorIndex, atomic_write, fit_idf
 from predictor.manifest import Manifest, read_manifest, write_manifest
-from predictor.persist import atomic_write
 from predictor.proxy import ProxyPredictor
 from predictor.retrieval import IDF_FILE, INDEX_FILE, blend, neighbour_estimate
 from predictor.train_proxy import ProxyOptions, train_proxy

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from predictor.dataset import load_train_dev
-from predictor.train_proxy import ProxyOptions, train_proxy
+from predictor.proxy import ProxyOptions, train_proxy
 from predictor.trainer import TrainConfig
 
 

@@ -20,8 +20,8 @@ from predictor.features import (
 )
 from predictor.manifest import Manifest, NetConfig, write_manifest
 from predictor.net import save_net
+from predictor.proxy import ProxyOptions, base_manifest
 from predictor.records import Record
-from predictor.train_proxy import ProxyOptions, base_manifest
 from predictor.trainer import TrainConfig, calibration, fit, scores
 from predictor.windows import WindowExamples, window_examples
 

@@ -17,9 +17,8 @@ from predictor.dataset import TrainData, lengths
 from predictor.evaluate import quality
 from predictor.index import LexicalKeyer, VectorIndex, atomic_write, fit_idf
 from predictor.manifest import Manifest, read_manifest, write_manifest
-from predictor.proxy import ProxyPredictor
+from predictor.proxy import ProxyOptions, ProxyPredictor, train_proxy
 from predictor.retrieval import IDF_FILE, INDEX_FILE, blend, neighbour_estimate
-from predictor.train_proxy import ProxyOptions, train_proxy
 from predictor.trainer import TrainConfig
 
 PROXY_DIR = "proxy"

@@ -12,7 +12,7 @@ import torch
 from predictor import PredictInput, load_predictor
 from predictor.cli import main
 from predictor.evaluate import coverage
-from predictor.quantiles import conformal_offsets, quantile_tokens, shifted
+from predictor.proxy import conformal_offsets, quantile_tokens, shifted
 from predictor.records import read_records
 from predictor.trainer import length_loss, listnet_loss, pinball_loss
 

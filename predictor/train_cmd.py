@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.kind == "proxy":
         manifest = train_proxy(data, opts, tc, out)
     elif args.kind == "retrieval":
-        from predictor.train_retrieval import train_retrieval
+        from predictor.retrieval import train_retrieval
         manifest = train_retrieval(data, opts, tc, out, args.fallback)
     else:
         from predictor.train_iterative import train_iterative

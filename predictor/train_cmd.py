@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         from predictor.retrieval import train_retrieval
         manifest = train_retrieval(data, opts, tc, out, args.fallback)
     else:
-        from predictor.train_iterative import train_iterative
+        from predictor.iterative import train_iterative
         manifest = train_iterative(data, opts, tc, out, args.window, args.max_windows,
                                    args.tokenizer)
     print(json.dumps({"kind": manifest.kind, "train_seconds": round(manifest.train_seconds, 1),

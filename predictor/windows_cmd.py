@@ -6,10 +6,10 @@ import argparse
 import hashlib
 import json
 
+from predictor.iterative import markdown, window_report
 from predictor.loader import default_predictor_path, load_predictor
 from predictor.manifest import read_manifest
 from predictor.records import Record, read_records
-from predictor.window_eval import markdown, window_report
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

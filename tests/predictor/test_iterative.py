@@ -36,8 +36,7 @@ def test_train_predict_and_eval(small_train, tmp_path, capsys) -> None:
 def test_windows_report_compares_with_first_prediction_minus_tokens(small_train, tmp_path,
                                                                     capsys) -> None:
     from predictor import default_predictor_path
-    from predictor.window_eval import baseline_remaining
-    from predictor.windows import window_examples
+    from predictor.iterative import baseline_remaining, window_examples
 
     out = tmp_path / "it"
     assert main(["train", "--kind", "iterative", "--data", str(small_train), "--out", str(out),

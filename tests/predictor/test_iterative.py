@@ -9,6 +9,7 @@ import pytest
 
 from predictor import PredictInput, load_predictor
 from predictor.cli import main
+from predictor.iterative import baseline_remaining, window_examples
 from predictor.records import read_records
 from tests.predictor.conftest import tokenizer_dir
 
@@ -36,7 +37,6 @@ def test_train_predict_and_eval(small_train, tmp_path, capsys) -> None:
 def test_windows_report_compares_with_first_prediction_minus_tokens(small_train, tmp_path,
                                                                     capsys) -> None:
     from predictor import default_predictor_path
-    from predictor.iterative import baseline_remaining, window_examples
 
     out = tmp_path / "it"
     assert main(["train", "--kind", "iterative", "--data", str(small_train), "--out", str(out),

@@ -10,7 +10,6 @@ import pytest
 
 from predictor import PredictInput, load_predictor
 from predictor.cli import main
-from predictor.index import VectorIndex
 from predictor.manifest import read_manifest, write_manifest
 from predictor.records import Message
 from predictor.retrieval import INDEX_FILE
@@ -74,13 +73,3 @@ def test_corrupt_index_everywhere_falls_back_to_proxy(trained, tmp_path) -> None
     assert len(predictor.index) == 0
     inp = _novel()
     assert predictor.predict([inp]) == predictor.proxy.predict([inp])
-
-
-def test_index_bytes_round_trip() -> None:
-    import numpy as np
-
-    index = VectorIndex(3)
-    index.add(np.eye(3, dtype=np.float32), np.array([5, 6, 7]))
-    again = VectorIndex.from_bytes(index.to_bytes())
-    sims, lens = again.search(np.array([[0, 1, 0]], np.float32), 1)
-    assert lens.tolist() == [[6]] and abs(sims[0, 0] - 1.0) < 1e-6

@@ -1,4 +1,5 @@
-"""The reserved-split rule (DESIGN.md) and the dev hold-out."""
+"""The reserved-split rule (DESIGN.md) and the dev hold-out; records from ShareGPT with their
+output tokens."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ from hypothesis import strategies as st
 
 from predictor.dataset import (
     Split,
+    TokenCounter,
     is_dev,
     iter_conversations,
     load_sharegpt_text,
     sharegpt_pairs,
     split_of,
+    turns_of,
 )
 from predictor.records import read_records
+from tests.predictor.conftest import tokenizer_dir
 
 
 def _first_hex(s: str) -> str:
@@ -55,3 +59,25 @@ def test_dev_holdout_keeps_conversation_parts_together() -> None:
 def test_truncated_file_parses_whole_records_only() -> None:
     text = '[{"id": "a", "conversations": []}, {"id": "b", "conversations": [{"from": "hu'
     assert [c["id"] for c in iter_conversations(text)] == ["a"]
+
+
+def test_record_shape(small_train) -> None:
+    records = list(read_records(small_train))
+    assert len(records) == 600
+    counter = TokenCounter(tokenizer_dir())
+    for r in records[:50]:
+        assert r.messages[-1].role == "user"
+        assert all(m.role in ("user", "assistant", "system") for m in r.messages)
+        assert r.response.strip()
+        assert r.output_tokens == counter.count_batch([r.response])[0]
+    assert any(len(r.messages) > 1 for r in records), "later rounds must be included"
+
+
+def test_every_round_becomes_a_record() -> None:
+    conv = {"id": "c", "conversations": [
+        {"from": "system", "value": "be brief"}, {"from": "human", "value": "q1"},
+        {"from": "gpt", "value": "a1"}, {"from": "human", "value": "q2"},
+        {"from": "gpt", "value": "a2"}, {"from": "gpt", "value": "dangling"}]}
+    turns = list(turns_of(conv))
+    assert [(len(m), resp, idx) for m, resp, idx in turns] == [(2, "a1", 2), (4, "a2", 4)]
+    assert [m.role for m in turns[1][0]] == ["system", "user", "assistant", "user"]

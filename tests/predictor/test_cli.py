@@ -1,12 +1,42 @@
-"""`lengthwise predictor data` from a request log; `train` on the daemon's own request log."""
+"""`lengthwise predictor data|train|eval|windows`: the commands and their options; data from a
+request log; training on the daemon's own request log."""
 
 from __future__ import annotations
 
+import argparse
+
+import pytest
+
 from predictor import PredictInput, load_predictor
-from predictor.cli import main
+from predictor.cli import _levels, _parser, main
 from predictor.dataset import Split, TokenCounter, split_of
 from predictor.records import Message, Record, read_records, write_records
 from tests.predictor.conftest import tokenizer_dir
+
+
+def test_the_four_commands_and_their_defaults() -> None:
+    parser = _parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == {"data", "train", "eval", "windows"}
+    args = parser.parse_args(["train", "--kind", "iterative", "--data", "d", "--out", "o"])
+    assert (args.rank_weight, args.rank_loss, args.quantiles) == (None, "listnet", (0.1, 0.5, 0.9))
+    assert (args.window, args.max_windows, args.dev_limit) == (50, 12, 2000)
+    args = parser.parse_args(["windows", "--model", "m", "--data", "d"])
+    assert (args.baseline, args.max_windows, args.dev) == ("", 10, False)
+
+
+def test_quantile_levels_are_parsed_sorted_and_checked(capsys) -> None:
+    assert _levels("0.9, 0.1,0.5") == (0.1, 0.5, 0.9)
+    assert _levels("") == ()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--kind", "proxy", "--data", "d", "--out", "o", "--quantiles", "0.5,1"])
+    assert exit_info.value.code == 2 and "quantile levels must be in (0, 1)" in capsys.readouterr().err
+
+
+def test_data_from_a_log_needs_its_file(tmp_path) -> None:
+    with pytest.raises(SystemExit, match="--source log needs --input"):
+        main(["data", "--source", "log", "--split", "train", "--tokenizer", tokenizer_dir(),
+              "--out", str(tmp_path / "x.jsonl")])
 
 
 def test_request_log_is_resplit_and_recounted(tmp_path) -> None:

@@ -1,24 +1,30 @@
-"""The reserved-split rule (DESIGN.md) and the dev hold-out; records from ShareGPT with their
-output tokens."""
+"""The reserved-split rule (DESIGN.md) and the dev hold-out, records from ShareGPT and request
+logs with their output tokens, and loading the training side as train + dev."""
 
 from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
 from predictor.dataset import (
     Split,
     TokenCounter,
+    build_records,
+    chars_per_token,
     is_dev,
     iter_conversations,
+    lengths,
     load_sharegpt_text,
+    load_train_dev,
+    log_pairs,
     sharegpt_pairs,
     split_of,
     turns_of,
 )
-from predictor.records import read_records
+from predictor.records import Message, Record, read_records, write_records
 from tests.predictor.conftest import tokenizer_dir
 
 
@@ -81,3 +87,49 @@ def test_every_round_becomes_a_record() -> None:
     turns = list(turns_of(conv))
     assert [(len(m), resp, idx) for m, resp, idx in turns] == [(2, "a1", 2), (4, "a2", 4)]
     assert [m.role for m in turns[1][0]] == ["system", "user", "assistant", "user"]
+
+
+def test_build_records_counts_every_pair_across_batches() -> None:
+    counter = TokenCounter(tokenizer_dir())
+    pairs = [(f"c#{i}", [Message("user", "q")], "word " * (i + 1)) for i in range(5)]
+    records = list(build_records(iter(pairs), counter, batch=2))
+    assert [r.id for r in records] == [p[0] for p in pairs]
+    assert [r.output_tokens for r in records] == counter.count_batch([p[2] for p in pairs])
+
+
+def test_token_counter_prefixes_cut_at_every_k_tokens() -> None:
+    counter = TokenCounter(tokenizer_dir())
+    text = " ".join(f"w{i}" for i in range(200))
+    total = counter.count_batch([text])[0]
+    cuts = counter.prefixes(text, 20, 3)
+    assert len(cuts) == 3 and total > 60
+    assert all(text.startswith(c) for c in cuts)
+    assert len(counter.prefixes(text, 20, 1000)) == (total - 1) // 20  # never the whole text
+
+
+def test_log_pairs_keep_only_the_split(tmp_path) -> None:
+    ids = [f"req-{i}#0" for i in range(30)]
+    path = tmp_path / "log.jsonl"
+    write_records(path, [Record(id=i, messages=[Message("user", "q")], response="a",
+                                output_tokens=1) for i in ids])
+    train = [rid for rid, _, _ in log_pairs(path, Split.TRAIN)]
+    test = [rid for rid, _, _ in log_pairs(path, Split.TEST)]
+    assert sorted(train + test) == sorted(ids)
+    assert all(split_of(i.split("#")[0]) is Split.TRAIN for i in train)
+
+
+def test_load_train_dev_drops_the_reserved_split_and_holds_out_dev(tmp_path, capsys) -> None:
+    ids = [f"conv{i}#0" for i in range(200)]
+    path = tmp_path / "records.jsonl"
+    write_records(path, [Record(id=i, messages=[Message("user", "q")], response="abcd" * n,
+                                output_tokens=n) for n, i in enumerate(ids, 1)])
+    data = load_train_dev(path)
+    reserved = [i for i in ids if split_of(i.split("#")[0]) is Split.TEST]
+    assert f"dropped {len(reserved)} records" in capsys.readouterr().err
+    assert {r.id for r in data.dev} == {i for i in ids if i not in reserved and is_dev(i)}
+    assert len(data.train) + len(data.dev) + len(reserved) == len(ids)
+    limited = load_train_dev(path, limit=5, dev_limit=2)
+    assert [r.id for r in limited.train] == [r.id for r in data.train[:5]]
+    assert len(limited.dev) == 2
+    assert chars_per_token(data.train) == 4.0
+    assert np.array_equal(lengths(data.train), [r.output_tokens for r in data.train])

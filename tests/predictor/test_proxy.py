@@ -154,3 +154,9 @@ def test_conformal_offsets_restore_coverage() -> None:
     assert abs(coverage(fixed[:, 1], true[2000:]) - 0.9) < 0.03  # held-out rows
     assert abs(coverage(fixed[:, 0], true[2000:]) - 0.5) < 0.04
     assert conformal_offsets(outputs[:50], levels, true[:50]) == []  # too few rows to fit
+
+
+def test_shifted_adds_the_offsets_and_keeps_the_quantiles_sorted() -> None:
+    out = np.asarray([[1.0, 0.5, 1.0, 1.5]])
+    assert shifted(out, []) is out
+    assert shifted(out, [0.0, -1.0, 0.0]).tolist() == [[1.0, 0.0, 0.5, 1.5]]

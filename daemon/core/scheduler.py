@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from daemon.config import SchedulerConfig
-from daemon.core import guard
+from daemon.core import decisions
 from daemon.core.calibration import LengthCalibration
 from daemon.core.events import (
     Cancelled,
@@ -39,7 +39,7 @@ from daemon.core.events import (
 )
 from daemon.core.job import Job, JobStatus, KVResidency, StopRequest
 from daemon.core.lanes import Lane
-from daemon.core.policy import DispatchContext, ExecutorView, Policy
+from daemon.core.policy import DispatchContext, Policy
 from daemon.core.repredict import RemainingPredictor, Repredictor
 from daemon.core.stream import OutputStream
 from daemon.core.waitqueue import WaitBound, WaitQueue
@@ -357,46 +357,20 @@ class Scheduler:
     def dispatch(self) -> None:
         """One decision round: launch what fits, preempt what pays, let the policy review."""
         ctx = DispatchContext(self.now(), self.waiting, self.lanes)
-        self._assign(ctx)
-        if self.config.aging.preempt and len(self.waiting):
-            self._preempt_for_promoted(ctx)
-        if self.policy.preemptive and len(self.waiting):
-            self._consider_preemption(ctx)
-        self._policy_wakeup = self.policy.after_round(ctx)
-
-    def _assign(self, ctx: DispatchContext) -> None:
-        for _ in range(sum(lane.free_slots for lane in self.lanes)):
-            promoted = self.waiting.oldest_promoted(ctx.now)  # aging beats every policy
-            pick: tuple[Job, ExecutorView] | None
-            if promoted is not None:
-                free = ctx.free_executors()
-                pick = (promoted, self.policy.choose_executor(promoted, free)) if free else None
-            else:
-                pick = self.policy.next_assignment(ctx)
-                if pick is not None and self.config.aging.lookahead:
-                    pick = self._guard(pick, ctx)
-            if pick is None:
-                return
-            job, view = pick
-            job.promoted = job is promoted or job.promoted
+        for job, view in decisions.assignments(ctx, self.policy, self.config.aging.lookahead):
             lane = self._by_name.get(view.name)
             if lane is None or lane.free_slots <= 0 or not self.waiting.remove(job):
                 log.error("policy %s proposed an invalid dispatch of %s to %s",
                           self.policy.name, job.job_id, view.name)
-                return
+                break
             self._launch(job, lane)
-
-    def _guard(self, pick: tuple[Job, ExecutorView], ctx: DispatchContext
-               ) -> tuple[Job, ExecutorView]:
-        """The policy's pick, unless the look-ahead guard (core/guard.py) starts the
-        earliest-deadline job instead (then protected from preemption)."""
-        slots = sum(lane.max_running for lane in self.lanes)
-        head = guard.overrule(pick[0], self.waiting, self.policy.service_s,
-                              ctx.running_jobs(), slots, ctx.now)
-        if head is None:
-            return pick
-        head.promoted = True
-        return head, self.policy.choose_executor(head, ctx.free_executors())
+        if self.config.aging.preempt and len(self.waiting):
+            for victim in decisions.for_promoted(ctx, self.policy):
+                self._preempt(victim, ctx)
+        if self.policy.preemptive and len(self.waiting):
+            for victim in decisions.by_policy(ctx, self.policy):
+                self._preempt(victim, ctx)
+        self._policy_wakeup = self.policy.after_round(ctx)
 
     def _launch(self, job: Job, lane: Lane) -> None:
         job.status = JobStatus.RUNNING
@@ -419,51 +393,6 @@ class Scheduler:
             max_new_tokens=budget, engine_priority=self.policy.engine_priority(job),
             stream=self._streams[job.job_id], resume_offloaded=job.kv_offloaded,
             true_output_tokens=job.true_output_tokens))
-
-    def _preemptible(self, ctx: DispatchContext, limit: int | None) -> tuple[int, list[Job]]:
-        """(running jobs already being preempted, jobs that may still be): never a promoted
-        job, one at the preemption bound `limit`, nor one that cannot resume exactly."""
-        pending, eligible = 0, []
-        for job in ctx.running_jobs():
-            if job.stop_request == StopRequest.PREEMPT:
-                pending += 1
-            elif (job.stop_request is None and not job.promoted and job.resumes_exactly
-                  and (limit is None or job.num_preemptions < limit)):
-                eligible.append(job)
-        return pending, eligible
-
-    def _preempt_for_promoted(self, ctx: DispatchContext) -> None:
-        """Jobs past their wait bound that found no free slot each replace the running job
-        with the most predicted work left, if that is more than their own: the bound holds
-        even when long jobs hold every slot. Slots already being freed are counted."""
-        pending, eligible = self._preemptible(ctx, self.policy.max_preemptions)
-        if not eligible:
-            return
-        service = self.policy.service_s
-        for candidate in self.waiting.promoted(ctx.now, pending + len(eligible))[pending:]:
-            victim = max(eligible, key=service)
-            if service(victim) <= service(candidate):
-                return
-            self._preempt(victim, ctx)
-            eligible.remove(victim)
-            if not eligible:
-                return
-
-    def _consider_preemption(self, ctx: DispatchContext) -> None:
-        """Each waiting job in order may replace one running job, as long as the policy
-        says it pays; slots already being freed by earlier preemptions are counted. Jobs
-        at the policy's preemption bound, or promoted by aging, are never victims."""
-        pending, eligible = self._preemptible(ctx, self.policy.max_preemptions)
-        if not eligible:
-            return
-        for candidate in self.waiting.best(ctx.now, pending + len(eligible))[pending:]:
-            victim = self.policy.choose_victim(candidate, eligible, ctx.now)
-            if victim is None or victim not in eligible:
-                return
-            eligible.remove(victim)
-            self._preempt(victim, ctx)
-            if not eligible:
-                return
 
     def _preempt(self, job: Job, ctx: DispatchContext) -> None:
         """Stop the job at its next token boundary, with the policy's word on where its KV

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
+from daemon import apikeys
 from daemon.core.costmodel import CostModel
 from policies import registry  # policies import only daemon.core: no circle
 
@@ -304,9 +305,10 @@ def load(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     config = decode(text, str(path))
     if config.server.api_keys_file:
-        from daemon import apikeys  # late: apikeys imports this module
-
-        apikeys.load(config.server.api_keys_file)  # a broken keys file is a config error
+        try:
+            apikeys.load(config.server.api_keys_file)
+        except apikeys.KeyFileError as exc:
+            raise ConfigError(f"{path}: server.api_keys_file: {exc}") from None
     return config
 
 
@@ -359,13 +361,10 @@ def validate(config: Config, source: str) -> None:
     if not 0 <= aging.min_wait_s <= aging.promote_after_s:
         problems.append("scheduler.aging.min_wait_s must be in [0, promote_after_s]")
     problems += _policy_problems(config.policies)
-    if config.costmodel.profile:
-        from daemon.costprofile import cost_model  # late: it imports this module
-
-        try:
-            cost_model(config)
-        except ConfigError as exc:
-            problems.append(str(exc))
+    try:
+        cost_model(config)
+    except ConfigError as exc:
+        problems.append(str(exc))
     if config.scheduler.policy not in registry.names():
         problems.append(
             f"scheduler.policy {config.scheduler.policy!r} is not one of {registry.names()}"
@@ -385,3 +384,25 @@ def _policy_problems(sections: msgspec.Struct) -> list[str]:
 def restart_only_changes(old: Config, new: Config) -> list[str]:
     """Names of restart-only sections that differ between two trees."""
     return [name for name in RESTART_ONLY if getattr(old, name) != getattr(new, name)]
+
+
+class _ProfileFile(msgspec.Struct):
+    """The part of a profile file (bench/costfile.Profile) the daemon reads."""
+
+    sim: SimConfig
+
+
+def cost_model(config: Config) -> CostModel:
+    """The engine cost model the policies and the core's aging use: `[costmodel] profile`
+    (a file `lengthwise profile` writes) or the `[sim]` section. Read at start and on every
+    reload; a missing or malformed file is a ConfigError."""
+    path = config.costmodel.profile
+    if not path:
+        return CostModel.from_sim(config.sim)
+    try:
+        profile = msgspec.json.decode(Path(path).read_bytes(), type=_ProfileFile)
+    except OSError as exc:
+        raise ConfigError(f"costmodel.profile: cannot read {path}: {exc.strerror}") from None
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"costmodel.profile: {path} is not a cost profile: {exc}") from None
+    return CostModel.from_sim(profile.sim)

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from daemon.config import Config
+from daemon.config import Config, cost_model
 from daemon.core import placement
 from daemon.core.policy import Policy
-from daemon.costprofile import cost_model
 from policies import registry
 
 log = logging.getLogger(__name__)

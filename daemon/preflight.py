@@ -11,7 +11,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from daemon.config import Config, cpu_cores
+from daemon.config import Config
+from daemon.executors.settings import cpu_cores
 
 _INSTALL_GPU = "pip install -e '.[gpu]'"
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")

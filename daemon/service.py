@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 from daemon import apikeys
-from daemon.config import Config
+from daemon.config import Config, cost_profile
 from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.scheduler import Scheduler
 from daemon.executors.base import Executor
@@ -38,7 +38,7 @@ def build_executors(config: Config) -> list[Executor]:
     if engine.kind == "sim":
         from daemon.executors.sim import SimExecutor
 
-        return [SimExecutor(f"sim{i}", config.scheduler.max_running, config.sim)
+        return [SimExecutor(f"sim{i}", config.scheduler.max_running, cost_profile(config))
                 for i in range(len(engine.devices))]
     from daemon.executors.vllm import VLLMExecutor
 

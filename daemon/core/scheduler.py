@@ -13,12 +13,12 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from daemon.config import SchedulerConfig
 from daemon.core import guard
 from daemon.core.calibration import LengthCalibration
 from daemon.core.job import Job, JobStatus, KVResidency, StopRequest
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
 from daemon.core.repredict import RemainingPredictor, Repredictor
+from daemon.core.settings import SchedulerConfig
 from daemon.core.stats import ExecutorStats
 from daemon.core.waitqueue import WaitBound, WaitQueue
 from daemon.executors.base import Executor, Outcome

@@ -13,9 +13,9 @@ import hashlib
 import sys
 from dataclasses import dataclass, field
 
-from daemon.config import SIM_KV_BLOCK_TOKENS, SimConfig
 from daemon.core.job import Job
 from daemon.executors.base import EngineStats, Executor
+from daemon.executors.settings import SIM_KV_BLOCK_TOKENS, SimConfig
 
 _NATURAL_MIN, _NATURAL_MAX = 16, 512  # output length range when the model "decides"
 

@@ -14,8 +14,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from daemon.config import EngineConfig
 from daemon.executors.base import Executor
+from daemon.executors.settings import EngineConfig
 
 log = logging.getLogger(__name__)
 

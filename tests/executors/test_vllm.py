@@ -39,9 +39,8 @@ class Recorder:
 async def engine(smollm2_model: Path) -> AsyncIterator[tuple[VLLMExecutor, Recorder, Tokenizer]]:
     # float32: bf16 prefill and decode kernels round differently, so a resumed job (its
     # generated tokens re-prefilled) can flip a near-tie in greedy argmax; see docs.
-    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=1024,
-                                      dtype="float32"),
-                    engine=EngineConfig(max_num_seqs=4))
+    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=1024),
+                    engine=EngineConfig(max_num_seqs=4, vllm_args={"dtype": "float32"}))
     executor = VLLMExecutor("cpu-0", "cpu", config)
     recorder = Recorder()
     executor.on_stop = recorder

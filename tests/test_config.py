@@ -139,6 +139,18 @@ def test_vllm_args_pass_through_over_lengthwise_defaults() -> None:
                                            "dtype": "float32", "num_gpu_blocks_override": 40}
 
 
+def test_vllm_args_names_are_checked_against_the_installed_vllm() -> None:
+    from daemon import preflight
+
+    known = preflight.vllm_engine_arguments()
+    if known is None:
+        pytest.skip("vLLM is not installed")
+    assert {"dtype", "num_gpu_blocks_override", "enforce_eager"} <= known
+    assert preflight._vllm_args_problems(["dtype", "dtipe"]) == [
+        ("engine.vllm_args.dtipe: the installed vLLM has no engine argument of that name "
+        "(vllm.engine.arg_utils.AsyncEngineArgs)")]
+
+
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         config.load(tmp_path / "absent.toml")

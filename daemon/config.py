@@ -186,6 +186,10 @@ def decode(text: str | bytes, source: str = "<config>", *, bench_knobs: bool = F
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{source}: {key_error(exc, tree)}") from None
     validate(config, source)
+    policy = config.scheduler.policy
+    if not bench_knobs and registry.benchmark_only(policy):
+        raise ConfigError(f"{source}: scheduler.policy {policy!r} needs true lengths, which "
+                          "only benchmarks know (docs/benchmarks.md)")
     return config
 
 

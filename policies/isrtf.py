@@ -91,6 +91,7 @@ class OracleSRPT(ISRTF):
 
     name = "oracle-srpt"
     uses_predictions = False
+    benchmark_only = True  # the truth is known to benchmarks only
 
     def remaining_tokens(self, job: Job) -> float:
         return true_remaining(job)

@@ -211,3 +211,10 @@ def test_rooms_own_their_settings_and_config_modules_form_no_cycle() -> None:
     settings = (ROOT / "daemon" / "core" / "settings.py").read_text()
     assert not re.search(r"^\s*(from|import) daemon", settings, re.MULTILINE)
 
+
+def test_oracle_policies_are_for_benchmarks() -> None:
+    for policy in ("oracle-sjf", "oracle-srpt"):
+        text = f'[scheduler]\npolicy = "{policy}"\n'
+        with pytest.raises(ConfigError, match=f"scheduler.policy '{policy}' needs true lengths"):
+            config.decode(text)
+        assert config.decode(text, bench_knobs=True).scheduler.policy == policy

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon import apikeys
-from daemon.config import Config
+from daemon.config import Config, cost_profile
+from daemon.core.costmodel import CostModel
 from daemon.core.events import Event
 from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.lanes import Lane
@@ -49,7 +50,7 @@ def build_executors(config: Config, inbox: asyncio.Queue[Event]) -> list[Executo
     if engine.kind == "sim":
         from daemon.executors.sim import SimExecutor
 
-        return [SimExecutor(f"sim{i}", inbox, config.sim, engine)
+        return [SimExecutor(f"sim{i}", inbox, cost_profile(config), engine)
                 for i in range(len(engine.devices))]
     from daemon.executors.vllm import VLLMExecutor
 
@@ -58,11 +59,12 @@ def build_executors(config: Config, inbox: asyncio.Queue[Event]) -> list[Executo
 
 
 def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Queue[Event],
-               **ports: Any) -> Scheduler:
+               *, cost: CostModel | None = None, **ports: Any) -> Scheduler:
     """The scheduler core over `executors` (one lane each), with the config's policy and
-    settings; `ports`: Scheduler's predictor, remaining and ended."""
+    settings, its estimates in `cost` (default: the config's cost model); `ports`:
+    Scheduler's predictor, remaining and ended."""
     lanes = [Lane(ex.name, ex.commands, config.scheduler.max_running) for ex in executors]
-    return Scheduler(lanes, make_policy(config), config.scheduler, inbox, **ports)
+    return Scheduler(lanes, make_policy(config, cost=cost), config.scheduler, inbox, **ports)
 
 
 class Service:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -22,6 +23,8 @@ TINY = ROOT / "models" / "tiny-llama"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 AZURE_CONV = SHARED_DATA / "azure_llm_2023_conv.csv"
 LENGTHWISE = Path(sys.executable).parent / "lengthwise"
+# The environment of a daemon whose config sets benchmark knobs (daemon/config.py).
+BENCH_KNOBS = {"LENGTHWISE_BENCH_KNOBS": "1"}
 
 
 def free_port() -> int:
@@ -39,11 +42,11 @@ port = {port}
 [model]
 path = "{model}"
 max_model_len = 2048
-dtype = "{dtype}"
 [engine]
 kind = "{engine_kind}"
 max_num_seqs = {max_num_seqs}
 cpu_kv_cache_gib = 1
+vllm_args = {{ dtype = "{dtype}" }}
 [scheduler]
 policy = "{policy}"
 max_running = {max_running}
@@ -51,6 +54,13 @@ max_running = {max_running}
 drain_timeout_s = {drain_timeout_s}
 {extra}
 """
+
+
+def sim_profile(path: Path, **costs: float) -> str:
+    """The [costmodel] lines for a cost profile with these `sim` coefficients, written to
+    `path`: what the simulated engine (engine.kind = "sim") runs and the policies use."""
+    path.write_text(json.dumps({"sim": costs}))
+    return f'[costmodel]\nprofile = "{path}"\n'
 
 
 class DaemonProcess:

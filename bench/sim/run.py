@@ -2,7 +2,8 @@
 virtual time (VirtualClockLoop: the clock jumps to the next timer instead of sleeping).
 
 Nothing is re-implemented: jobs go through Scheduler.submit exactly as the HTTP layer hands
-them over, and SimExecutor runs the fitted cost model of the config's [sim] section.
+them over, and SimExecutor runs the options' cost model (a profile's fitted coefficients),
+which the policies estimate with too.
 """
 
 from __future__ import annotations
@@ -20,17 +21,21 @@ from bench.metrics import RequestResult
 from bench.sim.predictions import iterative_predictor
 from bench.sim.router import make_route
 from daemon.config import Config
+from daemon.core.costmodel import CostModel
 from daemon.core.events import Event
 from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.scheduler import Scheduler
 from daemon.core.stream import OutputStream
+from daemon.executors.settings import SimConfig
 from daemon.executors.sim import SimExecutor
 from daemon.executors.virtualclock import VirtualClockLoop
 from daemon.service import build_core
 
 
 class SimOptions(msgspec.Struct, frozen=True, kw_only=True):
-    config: Config = msgspec.field(default_factory=Config)  # policy, aging, [sim] costs
+    config: Config = msgspec.field(default_factory=Config)  # policy, aging, benchmark knobs
+    # The simulated engine's costs (a profile's `sim` section); the policies' estimates too.
+    sim: SimConfig = msgspec.field(default_factory=SimConfig)
     executors: int = 1
     natural: bool = False  # forced lengths (ignore_eos + max_tokens) unless set
     max_model_len: int = 2048
@@ -92,7 +97,7 @@ def make_job(req: workload.Request, predicted: float | None, opts: SimOptions,
         sampling = SamplingSpec(max_tokens=req.output_tokens, temperature=0.0,
                                 ignore_eos=True, min_tokens=req.output_tokens)
     # Prompt ids only matter by their count (cost) and as the sim's token-id seed.
-    vocab = opts.config.sim.vocab_size
+    vocab = opts.sim.vocab_size
     ids = [(req.index * 7 + k) % vocab for k in range(req.prompt_tokens)]
     return Job(job_id=f"req-{req.index}", prompt_token_ids=ids, sampling=sampling,
                arrival_time=now, predicted_output_tokens=predicted,
@@ -107,12 +112,13 @@ async def start_daemon(opts: SimOptions) -> SimDaemon:
         config = msgspec.structs.replace(config, scheduler=msgspec.structs.replace(
             config.scheduler, trust_budget=False))
     inbox: asyncio.Queue[Event] = asyncio.Queue()
-    exs = [SimExecutor(f"sim{i}", inbox, config.sim) for i in range(opts.executors)]
+    exs = [SimExecutor(f"sim{i}", inbox, opts.sim) for i in range(opts.executors)]
     for ex in exs:
         await ex.start()
     remaining = iterative_predictor(opts.iterative, config.policies.isrtf.window_tokens,
                                     opts.seed) if opts.iterative else None
-    sched = build_core(config, exs, inbox, remaining=remaining)
+    sched = build_core(config, exs, inbox, cost=CostModel.from_sim(opts.sim),
+                       remaining=remaining)
     sched.accepting = True
     tasks = [asyncio.create_task(ex.run(), name=f"executor:{ex.name}") for ex in exs]
     return SimDaemon(sched, exs, tasks)

@@ -19,7 +19,6 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
-from daemon.config import SchedulerConfig
 from daemon.core import decisions
 from daemon.core.calibration import LengthCalibration
 from daemon.core.events import (
@@ -41,6 +40,7 @@ from daemon.core.job import Job, JobStatus, KVResidency, StopRequest
 from daemon.core.lanes import Lane
 from daemon.core.policy import DispatchContext, Policy
 from daemon.core.repredict import RemainingPredictor, Repredictor
+from daemon.core.settings import SchedulerConfig
 from daemon.core.stream import OutputStream
 from daemon.core.waitqueue import WaitBound, WaitQueue
 

@@ -14,10 +14,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from daemon.config import SIM_KV_BLOCK_TOKENS, EngineConfig, SimConfig
 from daemon.core.events import Event
 from daemon.core.job import StopRequest
 from daemon.executors.base import EngineStats, Executor, Run
+from daemon.executors.settings import SIM_KV_BLOCK_TOKENS, EngineConfig, SimConfig
 
 _NATURAL_MIN, _NATURAL_MAX = 16, 512  # output length range when the model "decides"
 

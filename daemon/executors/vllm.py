@@ -30,11 +30,12 @@ from typing import Any
 
 import msgspec
 
-from daemon.config import Config, cpu_cores
+from daemon.config import Config
 from daemon.core.events import Event, Launch
 from daemon.core.job import StopRequest
 from daemon.executors import enginefork, spawn
 from daemon.executors.base import EngineStats, Executor, KVStoreTotals, Run
+from daemon.executors.settings import cpu_cores
 from kvstore import decisions
 
 log = logging.getLogger(__name__)
@@ -132,10 +133,7 @@ class VLLMExecutor(Executor):
         kwargs: dict[str, Any] = {
             "model": model.path,
             "served_model_name": model.name,
-            "dtype": model.dtype,
             "max_num_seqs": engine.max_num_seqs,
-            "enforce_eager": engine.enforce_eager,
-            "enable_prefix_caching": engine.enable_prefix_caching,
             # vLLM's own queue only reorders what lengthwise admitted; keep its preemption
             # victim choice in line with ours.
             "scheduling_policy": "priority",
@@ -148,8 +146,7 @@ class VLLMExecutor(Executor):
             kwargs["max_model_len"] = model.max_model_len
         if self.device.startswith("cuda"):
             kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
-        if engine.num_gpu_blocks_override:
-            kwargs["num_gpu_blocks_override"] = engine.num_gpu_blocks_override
+        kwargs.update(engine.engine_args())  # [engine] vllm_args over lengthwise's defaults
         if kvstore:
             kwargs["kv_transfer_config"] = self._kv_transfer_config()
         return AsyncEngineArgs(**kwargs)

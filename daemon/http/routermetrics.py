@@ -117,12 +117,12 @@ class RouterCollector(Collector):
                 float(statistics.median(recent.output_tokens)))
 
     def seconds_per_token(self) -> float:
-        """Per-job decode time per token: median of recent jobs, else the [sim] cost model
-        at a full batch (the coefficients `lengthwise profile` fits)."""
+        """Per-job decode time per token: median of recent jobs, else the policies' cost
+        model (`[costmodel] profile` or the generic one) at a full batch."""
         if self.recent.tpot_s:
             return statistics.median(self.recent.tpot_s)
-        config = self._service.config
-        return config.sim.decode_base_s + config.sim.decode_per_seq_s * config.scheduler.max_running
+        cost = self._service.scheduler.policy.cost
+        return cost.decode_base_s + cost.decode_per_seq_s * self._service.config.scheduler.max_running
 
     def estimated_wait_s(self) -> float:
         """Fluid estimate: a new median-size job starts once the work ahead of it (running

@@ -23,9 +23,8 @@ pytestmark = pytest.mark.engine
 async def engine(smollm2_model: Path) -> AsyncIterator[tuple[Driver, Tokenizer]]:
     # float32: bf16 prefill and decode kernels round differently, so a resumed job (its
     # generated tokens re-prefilled) can flip a near-tie in greedy argmax; see docs.
-    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=1024,
-                                      dtype="float32"),
-                    engine=EngineConfig(max_num_seqs=4))
+    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=1024),
+                    engine=EngineConfig(max_num_seqs=4, vllm_args={"dtype": "float32"}))
     inbox: asyncio.Queue[Event] = asyncio.Queue()
     executor = VLLMExecutor("cpu-0", "cpu", config, inbox)
     await executor.start()

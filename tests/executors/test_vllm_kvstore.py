@@ -32,9 +32,8 @@ class BrokenConnector(VLLMExecutor):
 @pytest.mark.asyncio
 async def test_an_engine_that_cannot_load_kvstore_serves_without_it(
         tiny_model: Path, caplog: pytest.LogCaptureFixture) -> None:
-    config = Config(model=ModelConfig(path=str(tiny_model), max_model_len=1024,
-                                      dtype="float32"),
-                    engine=EngineConfig(max_num_seqs=2),
+    config = Config(model=ModelConfig(path=str(tiny_model), max_model_len=1024),
+                    engine=EngineConfig(max_num_seqs=2, vllm_args={"dtype": "float32"}),
                     kvstore=KVStoreConfig(enabled=True, quantization="none"))
     inbox: asyncio.Queue[Event] = asyncio.Queue()
     executor = BrokenConnector("cpu-0", "cpu", config, inbox)
@@ -92,9 +91,8 @@ async def test_an_engine_that_keeps_dying_with_kvstore_is_restarted_without_it(
         tiny_model: Path, caplog: pytest.LogCaptureFixture) -> None:
     """kvstore.max_engine_failures = 2: the first death restarts the engine with the
     connector, the second without it; the job survives both and finishes."""
-    config = Config(model=ModelConfig(path=str(tiny_model), max_model_len=1024,
-                                      dtype="float32"),
-                    engine=EngineConfig(max_num_seqs=2),
+    config = Config(model=ModelConfig(path=str(tiny_model), max_model_len=1024),
+                    engine=EngineConfig(max_num_seqs=2, vllm_args={"dtype": "float32"}),
                     kvstore=KVStoreConfig(enabled=True, quantization="none",
                                           max_engine_failures=2))
     inbox: asyncio.Queue[Event] = asyncio.Queue()

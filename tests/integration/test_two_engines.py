@@ -38,8 +38,9 @@ async def _max_loop_lag(stop: asyncio.Event) -> float:
 async def two_engines() -> AsyncIterator[tuple[Service, float, float]]:
     """The started service, the event loop's worst lag while it started, and how long
     starting took (seconds)."""
-    config = Config(model=ModelConfig(path=str(TINY), max_model_len=4096, dtype="float32"),
-                    engine=EngineConfig(devices=["cpu:0", "cpu:1"], max_num_seqs=4),
+    config = Config(model=ModelConfig(path=str(TINY), max_model_len=4096),
+                    engine=EngineConfig(devices=["cpu:0", "cpu:1"], max_num_seqs=4,
+                                        vllm_args={"dtype": "float32"}),
                     scheduler=SchedulerConfig(max_running=2),
                     predictor=PredictorConfig(path="none"))
     service = await Service.create(config)

@@ -28,9 +28,8 @@ PENALTIES = {"presence_penalty": 0.8, "frequency_penalty": 0.6}
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def engine(smollm2_model: Path) -> AsyncIterator[Engine]:
     # float32: a resumed job's tokens are re-prefilled; bf16 could flip greedy near-ties.
-    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=1024,
-                                      dtype="float32"),
-                    engine=EngineConfig(max_num_seqs=4))
+    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=1024),
+                    engine=EngineConfig(max_num_seqs=4, vllm_args={"dtype": "float32"}))
     inbox: asyncio.Queue[Event] = asyncio.Queue()
     executor = VLLMExecutor("cpu-0", "cpu", config, inbox)
     await executor.start()

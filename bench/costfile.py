@@ -1,4 +1,5 @@
-"""The cost-profile file `lengthwise profile` writes and `sim` (and [sim] configs) read."""
+"""The cost-profile file `lengthwise profile` writes, `[costmodel] profile` names and the
+simulator's `--profile` reads."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from daemon.config import SimConfig
+from daemon.executors.settings import SimConfig
 
 
 class Point(msgspec.Struct, frozen=True, kw_only=True):
@@ -32,7 +33,7 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     source: str  # how the numbers were obtained (machine, engine, or the publication)
     max_num_seqs: int
-    sim: SimConfig  # the fitted coefficients, ready for [sim] and the simulator
+    sim: SimConfig  # the fitted coefficients: the daemon's cost model and the simulated engine
     fit: FitReport | None = None
     points: list[Point] = msgspec.field(default_factory=list)
 
@@ -45,7 +46,6 @@ def save(profile: Profile, path: str | Path) -> None:
     Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(profile), indent=2) + b"\n")
 
 
-def toml_section(sim: SimConfig) -> str:
-    """The [sim] block to paste into lengthwise.toml."""
-    lines = ["[sim]"] + [f"{name} = {getattr(sim, name)!r}" for name in sim.__struct_fields__]
-    return "\n".join(lines)
+def toml_section(path: str | Path) -> str:
+    """The lines that make the daemon use the profile at `path`."""
+    return f'[costmodel]\nprofile = "{path}"'

@@ -9,7 +9,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from bench.costfile import FitReport, Point
-from daemon.config import SimConfig
+from daemon.executors.settings import SimConfig
 
 
 def _nnls_relative(features: np.ndarray, seconds: np.ndarray) -> np.ndarray:

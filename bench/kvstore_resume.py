@@ -31,8 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def dev_prompts(model: Path, num: int, lo: int, hi: int) -> list[list[int]]:
     from daemon.tokenizer import Tokenizer
-    from predictor.sharegpt import sharegpt_pairs
-    from predictor.split import Split, is_dev
+    from predictor.dataset import Split, is_dev, sharegpt_pairs
 
     tokenizer = Tokenizer(str(model))
     prompts: list[list[int]] = []

@@ -201,7 +201,7 @@ def main(argv: list[str]) -> int:
     save(profile, args.out)
     print(f"prefill fit: mean |err| {report.prefill_mape:.1%}, max {report.prefill_max_error:.1%}")
     print(f"decode fit:  mean |err| {report.decode_mape:.1%}, max {report.decode_max_error:.1%}")
-    print(toml_section(sim))
+    print(toml_section(args.out))
     return 0
 
 

@@ -34,11 +34,12 @@ async def measure(model: str, policy: str, waiting: int, renders: int) -> dict[b
         job = service.new_job(list(range(1, 200)),
                               SamplingSpec(max_tokens=1000, ignore_eos=True), 0, "cost")
         job.predicted_output_tokens = 50 + (i * 37) % 900  # spread, so order keys differ
-        service.scheduler.submit(job)
+        service.submit(job)
     await asyncio.sleep(0.05)  # the first 32 are admitted
     medians = {}
     for router in (False, True):
-        metrics = Metrics(service.scheduler, service.predictions)
+        metrics = Metrics()
+        metrics.watch(service.scheduler, service.predictions, service.executors)
         if router:
             metrics.registry.register(RouterCollector(service))
         times = []

@@ -47,9 +47,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # as inherited (vLLM's "auto" reserves one core of the node unless a KV connector is
     # configured, which needs two: on a 2-core host an engine with one binds both cores).
     cpu_bind: str = ""
-    extra_toml: str = ""  # appended to every lengthwise config ([predictor] path, ...)
+    # Appended to every lengthwise config ([predictor] path, ...); benchmark knobs allowed:
+    # the daemon runs with LENGTHWISE_BENCH_KNOBS=1 (daemon/config.py).
+    extra_toml: str = ""
     # False when the client forces each length through max_tokens: the daemon must not
-    # read the truth off the budget ([scheduler] trust_budget).
+    # read the truth off the budget (the benchmark knob scheduler.trust_budget).
     trust_budget: bool = True
     startup_timeout_s: float = 300.0
 
@@ -67,12 +69,11 @@ port = {port}
 [model]
 path = "{s.model}"
 max_model_len = {s.max_model_len}
-dtype = "{s.dtype}"
 [engine]
 kind = "vllm"
 max_num_seqs = {s.max_num_seqs}
 cpu_kv_cache_gib = {s.kv_gib}
-num_gpu_blocks_override = {s.num_gpu_blocks_override}
+vllm_args = {{ {_vllm_args(s)} }}
 [scheduler]
 policy = "{system.policy}"
 max_running = {s.max_num_seqs}
@@ -80,6 +81,14 @@ max_waiting = 100000
 trust_budget = {str(s.trust_budget).lower()}
 {s.extra_toml}
 """
+
+
+def _vllm_args(s: Settings) -> str:
+    """[engine] vllm_args: the engine settings vLLM's own server gets as flags."""
+    args = f'dtype = "{s.dtype}"'
+    if s.num_gpu_blocks_override:
+        args += f", num_gpu_blocks_override = {s.num_gpu_blocks_override}"
+    return args
 
 
 def command(system: System, s: Settings, port: int, workdir: Path) -> list[str]:
@@ -103,7 +112,9 @@ def command(system: System, s: Settings, port: int, workdir: Path) -> list[str]:
 
 def environment(s: Settings) -> dict[str, str]:
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(s.kv_gib),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           # lengthwise's config may set benchmark knobs (trust_budget, a policy's tuning)
+           "LENGTHWISE_BENCH_KNOBS": "1"}
     if s.cpu_bind:
         env["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_bind
     return env

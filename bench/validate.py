@@ -17,7 +17,7 @@ from bench import costfile, workload
 from bench.compare import CompareResults
 from bench.metrics import summarize
 from bench.sim import SimOptions, predictions, simulate
-from bench.sim.overrides import build_config, sim_overrides
+from bench.sim.overrides import build_config
 
 
 class Row(msgspec.Struct, kw_only=True):
@@ -54,9 +54,8 @@ def validate(results: CompareResults, profile: costfile.Profile, predictor: str)
         spec = msgspec.structs.replace(results.workload, rate=run.rate)
         requests = workload.build(spec)
         config = build_config(overrides=[f"scheduler.policy={policy}",
-                                         f"scheduler.max_running={results.max_num_seqs}",
-                                         *sim_overrides(profile.sim)])
-        opts = SimOptions(config=config, natural=results.natural,
+                                         f"scheduler.max_running={results.max_num_seqs}"])
+        opts = SimOptions(config=config, sim=profile.sim, natural=results.natural,
                           max_model_len=spec.max_model_len)
         simulated = simulate(requests, predictions(requests, _predictor_for(policy, predictor),
                                                    spec.seed), opts).results

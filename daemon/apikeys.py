@@ -20,10 +20,12 @@ from typing import Literal, cast
 
 import msgspec
 
-from daemon.config import ConfigError
-
 Scope = Literal["api", "monitoring", "all"]
 _SCOPES = ("api", "monitoring", "all")
+
+
+class KeyFileError(ValueError):
+    """A keys file that cannot be used; the message names the file and the line."""
 
 
 class ApiKey(msgspec.Struct, frozen=True):
@@ -58,7 +60,7 @@ def load(path: str) -> KeyRing:
     try:
         lines = Path(path).read_text().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"server.api_keys_file {path}: cannot read: {exc}") from None
+        raise KeyFileError(f"{path}: cannot read: {exc}") from None
     keys: dict[str, ApiKey] = {}
     for number, line in enumerate(lines, 1):
         words = line.split("#", 1)[0].split()
@@ -67,9 +69,9 @@ def load(path: str) -> KeyRing:
         try:
             secret, key = _parse(words, number)
         except ValueError as exc:
-            raise ConfigError(f"{path}:{number}: {exc}") from None
+            raise KeyFileError(f"{path}:{number}: {exc}") from None
         if secret in keys:
-            raise ConfigError(f"{path}:{number}: key {key.name!r} repeats an earlier key")
+            raise KeyFileError(f"{path}:{number}: key {key.name!r} repeats an earlier key")
         keys[secret] = key
     return KeyRing(keys)
 

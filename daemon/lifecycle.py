@@ -14,8 +14,8 @@ import uvloop
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
+from daemon import apikeys, sdnotify
 from daemon import config as config_mod
-from daemon import sdnotify
 from daemon.config import Config, ConfigError
 from daemon.http.app import build_app
 from daemon.service import Service
@@ -134,7 +134,7 @@ class Daemon:
             _set_log_level(new)
             log.info("reloaded %s (policy %s, max_running %d)", self.config_path,
                      new.scheduler.policy, new.scheduler.max_running)
-        except ConfigError as exc:
+        except (ConfigError, apikeys.KeyFileError) as exc:
             log.error("reload rejected, keeping the old config: %s", exc)
         finally:
             sdnotify.notify("READY=1", "STATUS=serving")

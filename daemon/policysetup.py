@@ -1,26 +1,29 @@
 """A policy built from a Config: its `[policies.*]` section, the engine's cost model
-(`[costmodel]` or `[sim]`) and `scheduler.max_running`. The policies themselves never see
+(`[costmodel] profile` or the generic one) and `scheduler.max_running`. The policies themselves never see
 the Config (they import only daemon.core)."""
 
 from __future__ import annotations
 
 import logging
 
-from daemon.config import Config
+from daemon.config import Config, cost_model
 from daemon.core import placement
+from daemon.core.costmodel import CostModel
 from daemon.core.policy import Policy
-from daemon.costprofile import cost_model
 from policies import registry
 
 log = logging.getLogger(__name__)
 
 
-def make_policy(config: Config, name: str | None = None) -> Policy:
-    """Policy `name` (default: scheduler.policy) with the config's parameters for it."""
+def make_policy(config: Config, name: str | None = None, cost: CostModel | None = None) -> Policy:
+    """Policy `name` (default: scheduler.policy) with the config's parameters for it,
+    estimating with `cost` (default: the config's cost model; the simulator passes its
+    engine's)."""
     name = name or config.scheduler.policy
     section = registry.policy_class(name).params_section
     params = getattr(config.policies, section) if section else None
-    policy = registry.create(name, params, cost_model(config), config.scheduler.max_running)
+    cost = cost or cost_model(config)
+    policy = registry.create(name, params, cost, config.scheduler.max_running)
     policy.placement = placement.make(config.scheduler.placement)
     if getattr(params, "offload", False) and not config.kvstore.enabled:
         log.warning("policies.%s.offload is on but [kvstore] is not enabled: preempted jobs'"

@@ -1,5 +1,9 @@
 """Output-length prediction for the daemon: off the event loop, micro-batched, never fatal.
 
+The core asks for a job's first prediction with `request(job)`; the answer goes into the
+core's inbox as a Predicted event. Re-predictions (`remaining`) are awaited by the core's
+re-predictor (daemon.core.repredict), which posts their results the same way.
+
 Two predictors, both loaded at start: `[predictor] path` makes each job's first estimate,
 `[predictor] iterative_path` re-predicts running jobs' remaining length from prompt + the
 text generated so far, when a policy asks at a checkpoint (ISRTF, ALISE).
@@ -21,13 +25,14 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from daemon.config import PredictorConfig
+from daemon.core.events import Event, Predicted
 from daemon.core.job import Job, JobStatus
 from daemon.requestlog import RequestLog
 
@@ -44,6 +49,14 @@ class PredictionStats:
     observed: int = 0  # natural completions fed back (online index, fallback mean)
     reloads: int = 0  # predictors swapped for a changed model on SIGHUP
     reload_failures: int = 0  # changed models refused (the running one was kept)
+
+
+class BatchTimer(Protocol):
+    """Where the seconds of each predictor call go (daemon.http.metrics.Metrics)."""
+
+    def observe_prediction_batch(self, seconds: float) -> None: ...
+
+    def observe_repredict_batch(self, seconds: float) -> None: ...
 
 
 @dataclass(slots=True)
@@ -64,15 +77,17 @@ def _folder(path: str, iterative: bool) -> Path:
 
 
 class Predictions:
-    def __init__(self, config: PredictorConfig, decode: Any) -> None:
+    def __init__(self, config: PredictorConfig, decode: Any, inbox: asyncio.Queue[Event],
+                 timer: BatchTimer | None = None) -> None:
         self.config = config
         self.stats = PredictionStats()
-        self.on_batch: list[Callable[[int, float], None]] = []  # (batch size, seconds)
         self.predictor: Any = None  # predictor.Predictor once loaded; None = no prediction
         # Remaining-length model (predictor.Predictor); None = off: a running job's remaining
         # length is its first prediction minus the tokens it generated.
         self.iterative: Any = None
-        self.on_remaining_batch: list[Callable[[int, float], None]] = []  # (jobs, seconds)
+        self._inbox = inbox
+        self._timer = timer
+        self._requests: set[asyncio.Task[None]] = set()  # first predictions in flight
         self._decode = decode  # token ids -> text (the serving tokenizer)
         self._inputs: dict[str, Any] = {}  # job id -> PredictInput while the job lives
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predictor")
@@ -173,12 +188,25 @@ class Predictions:
         self._fingerprints[iterative] = fingerprint
         return new
 
-    async def predict(self, job: Job, messages: Sequence[dict[str, str]]) -> float:
-        """Predicted total output tokens for a new job; the fallback if anything goes wrong."""
+    def request(self, job: Job) -> None:
+        """The core asks for a new job's first prediction: it comes back as a Predicted
+        event in the core's inbox (the fallback if anything goes wrong)."""
+        task = asyncio.create_task(self._answer(job), name=f"predict:{job.job_id}")
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+
+    async def _answer(self, job: Job) -> None:
+        self._inbox.put_nowait(Predicted(job.job_id, await self.predict(job)))
+
+    async def predict(self, job: Job) -> float:
+        """Predicted total output tokens for a new job (from its messages, or its prompt's
+        text); the fallback if anything goes wrong."""
         if self.predictor is None and self.iterative is None:
             return self.fallback_tokens
         from predictor import PredictInput
 
+        messages = job.messages or [{"role": "user", "content": self._decode(
+            job.prompt_token_ids)}]
         inp = PredictInput.from_openai(list(messages), job.num_prompt_tokens)
         self._inputs[job.job_id] = inp  # also the re-predictions' input
         if self.predictor is None:
@@ -209,8 +237,8 @@ class Predictions:
                         p.future.set_exception(exc)
                 continue
             self.stats.batches += 1
-            for listener in self.on_batch:
-                listener(len(batch), time.perf_counter() - started)
+            if self._timer is not None:
+                self._timer.observe_prediction_batch(time.perf_counter() - started)
             for p, value in zip(batch, values, strict=True):
                 self.stats.predictions += 1
                 if not p.future.done():
@@ -221,14 +249,17 @@ class Predictions:
 
         The input is prompt + the generated ids detokenized in the worker thread: the ids
         are at hand and exact after preemption and resume; streamed text would have to be
-        kept per job. A job without a stored input keeps its current estimate."""
+        kept per job. A job without a stored input keeps its current estimate, as every job
+        does without a remaining-length model."""
+        if self.iterative is None:
+            return [job.predicted_remaining_tokens for job in jobs]
         batch = [(self._inputs.get(job.job_id), list(job.generated_token_ids),
                   job.predicted_remaining_tokens) for job in jobs]
         started = time.perf_counter()
         values = await asyncio.get_running_loop().run_in_executor(self._pool, self._remaining,
                                                                   batch)
-        for listener in self.on_remaining_batch:
-            listener(len(jobs), time.perf_counter() - started)
+        if self._timer is not None:
+            self._timer.observe_repredict_batch(time.perf_counter() - started)
         return values
 
     def _remaining(self, batch: list[tuple[Any, list[int], float]]) -> list[float]:
@@ -242,17 +273,13 @@ class Predictions:
                 out[i] = float(value)
         return out
 
-    def forget(self, job: Job) -> None:
-        """A job that was predicted but never entered the scheduler (429/503, client gone)."""
-        self._inputs.pop(job.job_id, None)
-
     @property
     def num_tracked(self) -> int:
         """Jobs whose prediction input is kept until they end (re-prediction, feedback)."""
         return len(self._inputs)
 
-    def on_job_end(self, job: Job) -> None:
-        """Scheduler listener: feed natural completions back, log the request."""
+    def job_ended(self, job: Job) -> None:
+        """A job ended: feed a natural completion back, log the request."""
         inp = self._inputs.pop(job.job_id, None)
         if job.status != JobStatus.FINISHED or job.finish_reason != "stop":
             return  # cut by max_tokens or aborted: not the answer's true length
@@ -271,7 +298,7 @@ class Predictions:
             log.exception("could not record the completion of %s", job_id)
 
     async def close(self) -> None:
-        for task in (self._worker, self._saver):
+        for task in (self._worker, self._saver, *self._requests):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

@@ -4,6 +4,7 @@ line each instead of a traceback from inside an engine process."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import os
@@ -11,7 +12,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from daemon.config import Config, cpu_cores
+from daemon.config import Config
+from daemon.executors.settings import cpu_cores
 
 _INSTALL_GPU = "pip install -e '.[gpu]'"
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -24,6 +26,7 @@ def problems(config: Config) -> list[str]:
               for name in missing_packages(_declared_requirements())]
     if config.engine.kind == "vllm":
         found += _engine_problems(config.engine.devices)
+        found += _vllm_args_problems(sorted(config.engine.vllm_args))
     return found
 
 
@@ -96,6 +99,33 @@ def _engine_problems(devices: list[str]) -> list[str]:
         found.append(f"engine.devices names cuda:{cuda[-1]} but only {visible} CUDA "
                      "devices are visible")
     return found
+
+
+def _vllm_args_problems(names: list[str]) -> list[str]:
+    known = vllm_engine_arguments()
+    if not names or known is None:
+        return []
+    return [f"engine.vllm_args.{name}: the installed vLLM has no engine argument of that "
+            "name (vllm.engine.arg_utils.AsyncEngineArgs)" for name in names if name not in known]
+
+
+def vllm_engine_arguments() -> set[str] | None:
+    """Field names of the installed vLLM's AsyncEngineArgs, read from its source (importing
+    vLLM takes seconds); None if vLLM or that file is absent or unreadable."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(spec.submodule_search_locations[0]) / "engine" / "arg_utils.py"
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    return {statement.target.id
+            for node in tree.body
+            if isinstance(node, ast.ClassDef) and node.name in ("EngineArgs", "AsyncEngineArgs")
+            for statement in node.body
+            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+            and not statement.target.id.startswith("_")}
 
 
 def _core_problems(devices: list[str]) -> list[str]:

@@ -1,4 +1,9 @@
-"""What the HTTP layer talks to: config, tokenizer, executors and the scheduler, wired once."""
+"""The wiring: config, tokenizer, executors, predictor, the scheduler core and its inbox,
+built once; the tasks they run; what the HTTP layer reads.
+
+Tasks: the core's loop, one per executor, and one that takes each ended job off the core's
+ended-jobs queue to the predictor (feedback), the metrics and the Retry-After estimate.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,20 @@ import json
 import logging
 import math
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from daemon import apikeys
-from daemon.config import Config
+from daemon.config import Config, cost_profile
+from daemon.core.costmodel import CostModel
+from daemon.core.events import Event
 from daemon.core.job import Job, JobStatus, SamplingSpec
+from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
+from daemon.core.stream import OutputStream
 from daemon.executors.base import Executor
-from daemon.executors.supervisor import Supervisor
+from daemon.http.metrics import Metrics
 from daemon.policysetup import make_policy
 from daemon.prediction import Predictions
 from daemon.tokenizer import Tokenizer
@@ -24,6 +35,7 @@ log = logging.getLogger(__name__)
 _RETRY_STARTING_S = 10  # Retry-After while engines start or restart (s)
 _RETRY_MAX_S = 300  # never ask a client to wait longer than this (s)
 _SERVICE_EWMA = 0.1  # weight of each finished job in the service-time average
+_STOP_TIMEOUT_S = 5.0  # executor tasks get this long to end at shutdown (s)
 
 
 def model_context_len(config: Config) -> int:
@@ -33,58 +45,102 @@ def model_context_len(config: Config) -> int:
     return int(model_cfg.get("max_position_embeddings", 2048))
 
 
-def build_executors(config: Config) -> list[Executor]:
+def build_executors(config: Config, inbox: asyncio.Queue[Event]) -> list[Executor]:
     engine = config.engine
     if engine.kind == "sim":
         from daemon.executors.sim import SimExecutor
 
-        return [SimExecutor(f"sim{i}", config.scheduler.max_running, config.sim)
+        return [SimExecutor(f"sim{i}", inbox, cost_profile(config), engine)
                 for i in range(len(engine.devices))]
     from daemon.executors.vllm import VLLMExecutor
 
-    return [VLLMExecutor(f"{dev.replace(':', '')}-{i}", dev, config)
+    return [VLLMExecutor(f"{dev.replace(':', '')}-{i}", dev, config, inbox)
             for i, dev in enumerate(engine.devices)]
 
 
+def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Queue[Event],
+               *, cost: CostModel | None = None, **ports: Any) -> Scheduler:
+    """The scheduler core over `executors` (one lane each), with the config's policy and
+    settings, its estimates in `cost` (default: the config's cost model); `ports`:
+    Scheduler's predictor, remaining and ended."""
+    lanes = [Lane(ex.name, ex.commands, config.scheduler.max_running) for ex in executors]
+    return Scheduler(lanes, make_policy(config, cost=cost), config.scheduler, inbox, **ports)
+
+
 class Service:
-    def __init__(self, config: Config, tokenizer: Tokenizer, executors: list[Executor]) -> None:
+    def __init__(self, config: Config, tokenizer: Tokenizer) -> None:
         self.config = config
         self.tokenizer = tokenizer
-        self.executors = executors
         self.max_model_len = model_context_len(config)
-        self.scheduler = Scheduler(executors, make_policy(config),
-                                   config.scheduler)
-        self.predictions = Predictions(config.predictor, tokenizer.decode)
-        self.scheduler.on_job_end.append(self.predictions.on_job_end)
-        self.scheduler.on_job_end.append(self._observe_service)
+        inbox: asyncio.Queue[Event] = asyncio.Queue()
+        self.executors = build_executors(config, inbox)
+        self.metrics = Metrics()
+        self.predictions = Predictions(config.predictor, tokenizer.decode, inbox, self.metrics)
+        self._ended: asyncio.Queue[Job] = asyncio.Queue()
+        repredicts = config.predictor.iterative_path != "none"
+        self.scheduler = build_core(
+            config, self.executors, inbox, predictor=self.predictions,
+            remaining=self.predictions.remaining if repredicts else None, ended=self._ended)
+        self.metrics.watch(self.scheduler, self.predictions, self.executors)
         self._service_s = 1.0  # seconds a job runs once dispatched (EWMA of finished jobs)
         self.keys = self._load_keys(config)
         self.ready = False
-        # Set when no executor can be restarted: the daemon must exit so systemd restarts it.
-        self.failed = asyncio.Event()
-        self.supervisors = [Supervisor(ex, config.engine, self._on_executor_failed)
-                            for ex in executors]
-        self._scheduler_task: asyncio.Task[None] | None = None
-        self._supervisor_tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
     async def create(cls, config: Config) -> Service:
         tokenizer = await asyncio.to_thread(Tokenizer, config.model.path)
-        return cls(config, tokenizer, build_executors(config))
+        return cls(config, tokenizer)
+
+    @property
+    def failed(self) -> asyncio.Event:
+        """Set when no executor can be restarted: the daemon must exit so systemd restarts
+        it."""
+        return self.scheduler.failed
 
     async def start(self) -> None:
         """Start and warm every engine and load the predictor, then open for requests."""
         await asyncio.wait_for(asyncio.gather(self.predictions.load(),
                                               *(ex.start() for ex in self.executors)),
                                self.config.engine.startup_timeout_s)
-        if self.predictions.iterative is not None:
-            self.scheduler.remaining_predictor = self.predictions.remaining
-        self._scheduler_task = asyncio.create_task(self.scheduler.run(), name="scheduler")
-        self._supervisor_tasks = [asyncio.create_task(sup.run(), name=f"supervise:{ex.name}")
-                                  for sup, ex in zip(self.supervisors, self.executors,
-                                                     strict=True)]
+        self._tasks = [asyncio.create_task(self.scheduler.run(), name="core"),
+                       asyncio.create_task(self._observe_ended(), name="ended-jobs")]
+        self._tasks += [asyncio.create_task(ex.run(), name=f"executor:{ex.name}")
+                        for ex in self.executors]
         self.scheduler.accepting = True
         self.ready = True
+
+    async def _observe_ended(self) -> None:
+        while True:
+            self._observe(await self._ended.get())
+            self.observe_ended()
+
+    def observe_ended(self) -> None:
+        """Take in every job that ended and was not observed yet (also called before a
+        /metrics scrape, so that it counts every job whose response has ended)."""
+        while not self._ended.empty():
+            self._observe(self._ended.get_nowait())
+
+    def _observe(self, job: Job) -> None:
+        try:
+            self.predictions.job_ended(job)
+            self.metrics.observe_job(job)
+            self._observe_service(job)
+        except Exception:  # metrics or the request log must not stop the others
+            log.exception("observing the end of %s failed", job.job_id)
+
+    def new_job(self, prompt_token_ids: list[int], sampling: SamplingSpec, priority: int,
+                prefix: str, messages: list[dict[str, str]] | None = None) -> Job:
+        return Job(job_id=f"{prefix}-{uuid.uuid4().hex}", prompt_token_ids=prompt_token_ids,
+                   sampling=sampling, arrival_time=self.scheduler.now(), priority=priority,
+                   messages=messages or [])
+
+    def submit(self, job: Job) -> OutputStream:
+        """Hand a new job to the core; its output comes on the stream returned. Refused at
+        once with NotAccepting (503) or QueueFull (429)."""
+        stream = OutputStream(job.sampling.stop, job.sampling.min_tokens)
+        self.scheduler.submit(job, stream)
+        return stream
 
     def retry_after_s(self) -> int:
         """Seconds a refused client should wait (Retry-After): the time the waiting queue
@@ -94,7 +150,8 @@ class Service:
             return _RETRY_STARTING_S
         if not self.scheduler.accepting:
             return max(math.ceil(self.config.limits.drain_timeout_s), 1)
-        slots = sum(ex.max_running for ex in self.executors if ex.down_reason is None)
+        slots = sum(lane.max_running for lane in self.scheduler.lanes
+                    if lane.down_reason is None)
         if slots == 0:
             return _RETRY_STARTING_S
         wait = (len(self.scheduler.waiting) + 1) / slots * self._service_s
@@ -110,22 +167,10 @@ class Service:
         """Executor name -> why it is out of service, for /health."""
         return {ex.name: ex.down_reason for ex in self.executors if ex.down_reason is not None}
 
-    def _on_executor_failed(self, executor: Executor, why: str) -> None:
-        if all(sup.failed for sup in self.supervisors):
-            self.scheduler.fail_waiting(f"no engine is available: {why}; the server restarts, "
-                                        "retry shortly")
-            self.failed.set()
-
-    def new_job(self, prompt_token_ids: list[int], sampling: SamplingSpec, priority: int,
-                prefix: str) -> Job:
-        return Job(job_id=f"{prefix}-{uuid.uuid4().hex}", prompt_token_ids=prompt_token_ids,
-                   sampling=sampling, arrival_time=self.scheduler.now(), priority=priority)
-
     def apply(self, config: Config) -> None:
         """Adopt a reloaded tree whose restart-only sections equal the running ones."""
         keys = self._load_keys(config)  # the file's contents change live; may raise
-        self.scheduler.reconfigure(config.scheduler,
-                                   make_policy(config))
+        self.scheduler.reconfigure(config.scheduler, make_policy(config))
         self.keys = keys
         self.config = config
 
@@ -137,8 +182,8 @@ class Service:
     async def shutdown(self) -> None:
         self.ready = False
         await self.predictions.close()
-        tasks = [t for t in (self._scheduler_task, *self._supervisor_tasks) if t is not None]
-        for task in tasks:
+        for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=_STOP_TIMEOUT_S)
         await asyncio.gather(*(ex.shutdown() for ex in self.executors), return_exceptions=True)

@@ -32,14 +32,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Annotated
 
+import msgspec
 import numpy as np
 
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, JobStatus, KVResidency
-from daemon.core.policy import DispatchContext, ExecutorView, Policy, class_rank
+from daemon.core.policy import Checkpoint, DispatchContext, ExecutorView, Policy, class_rank
 from policies.alise_wait import Holder, estimate_waits, plan_residency, work_ahead
-from policies.common import Params, failed, pick_victim
+from policies.common import BENCH_KNOB, NonNegative, Params, Positive, pick_victim
 
 _MIN_TIME_S = 1e-6  # log2 floor
 # Tokens a job whose KV was offloaded to kvstore computes when it resumes: vLLM computes
@@ -54,33 +56,23 @@ class ALISEParams(Params, frozen=True):
 
     # Virtual aging: a waiting job's effective remaining time halves (it climbs one priority
     # level) for every this many seconds it waits.
-    age_threshold_s: float = 30.0
+    age_threshold_s: Annotated[float, Positive, BENCH_KNOB] = 30.0
     # Preempt only if victim's remaining time (net of its resume cost) > (1 + margin) x the
     # candidate's aged remaining time.
-    margin: float = 1.0
+    margin: Annotated[float, NonNegative, BENCH_KNOB] = 1.0
     # Most times one job may be preempted.
-    max_preemptions: int = 2
+    max_preemptions: Annotated[int, NonNegative, BENCH_KNOB] = 2
     # A job that outlives its prediction has it multiplied by this (ALISE doubles it).
-    demote_factor: float = 2.0
+    demote_factor: Annotated[float, msgspec.Meta(gt=1), BENCH_KNOB] = 2.0
     # Preempted jobs per executor whose KV cache may stay on the engine (ALISE's GPU job
     # limit); the rest, by estimated wait time, are offloaded or dropped.
-    max_resident_jobs: int = 4
+    max_resident_jobs: Annotated[int, NonNegative, BENCH_KNOB] = 4
     # Jobs over the resident limit are offloaded to kvstore (needs [kvstore] enabled), not
     # dropped (recomputed on resume).
     offload: bool = False
     # Seconds between reviews of aged priorities, estimated waits and KV residency when
     # nothing else wakes the scheduler.
-    review_interval_s: float = 0.5
-
-    def problems(self) -> list[str]:
-        return failed([
-            (self.age_threshold_s > 0, "age_threshold_s must be > 0"),
-            (self.margin >= 0, "margin must be >= 0"),
-            (self.max_preemptions >= 0, "max_preemptions must be >= 0"),
-            (self.demote_factor > 1, "demote_factor must be > 1"),
-            (self.max_resident_jobs >= 0, "max_resident_jobs must be >= 0"),
-            (self.review_interval_s > 0, "review_interval_s must be > 0"),
-        ])
+    review_interval_s: Annotated[float, Positive, BENCH_KNOB] = 0.5
 
 
 class ALISE(Policy):
@@ -125,14 +117,14 @@ class ALISE(Policy):
         demote = max(math.floor(job.predicted_output_tokens) + 1, job.num_generated_tokens + 1)
         return min(window, demote)
 
-    def on_checkpoint(self, job: Job, now: float) -> bool:
+    def on_checkpoint(self, job: Job, now: float) -> Checkpoint:
         predicted = job.predicted_output_tokens
-        if predicted is not None:
+        if predicted is not None:  # outlived it: demote (double it until it is ahead)
             predicted = max(predicted, 1.0)
             while predicted <= job.num_generated_tokens:
                 predicted *= self.params.demote_factor
-            job.set_prediction(predicted)
-        return True  # re-predict (a no-op without an iterative predictor)
+        # re-predict too (a no-op without an iterative predictor)
+        return Checkpoint(repredict=True, predicted_output_tokens=predicted)
 
     # ---- preemption and placement -------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Pieces several policies share: the parameter-section base, class-aware victim choice."""
+"""Pieces several policies share: the parameter-section base and its field constraints,
+class-aware victim choice."""
 
 from __future__ import annotations
 
@@ -7,20 +8,20 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from daemon.core.job import Job
+from daemon.core.settings import BENCH_KNOB
+
+__all__ = ["BENCH_KNOB", "NonNegative", "Params", "Positive", "pick_victim", "true_remaining"]
+
+NonNegative = msgspec.Meta(ge=0)
+Positive = msgspec.Meta(gt=0)
 
 
 class Params(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """A policy's own `[policies.NAME]` section. daemon.config collects every policy's type
-    through the registry, so a policy needs nothing from the daemon's config to define it."""
+    through the registry, so a policy needs nothing from the daemon's config to define it.
+    Constraints are declared on the fields (`msgspec.Meta`); the papers' tuning constants
+    are marked BENCH_KNOB (experiments set them, an operator's file may not)."""
 
-    def problems(self) -> list[str]:
-        """What a type cannot check: each message starts with the key's name in the section
-        (the config prefixes `policies.NAME.`)."""
-        return []
-
-
-def failed(checks: Sequence[tuple[bool, str]]) -> list[str]:
-    return [message for ok, message in checks if not ok]
 
 Measure = Callable[[Job], float]  # bigger = more work left = better victim
 Beats = Callable[[Job, Job], bool]  # (candidate, victim) -> preempting pays

@@ -19,36 +19,31 @@ victim is offloaded: a save costs a block copy (docs/kvstore.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
+
+import msgspec
 
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, KVResidency
-from daemon.core.policy import DispatchContext, Policy, class_rank
-from policies.common import Params, failed, pick_victim, true_remaining
+from daemon.core.policy import Checkpoint, DispatchContext, Policy, class_rank
+from policies.common import BENCH_KNOB, NonNegative, Params, Positive, pick_victim, true_remaining
 
 
 class ISRTFParams(Params, frozen=True):
     """[policies.isrtf]: iterative shortest remaining time first (ELIS), also oracle-srpt."""
 
     # Remaining length is re-predicted every this many generated tokens (ELIS's window).
-    window_tokens: int = 50
+    window_tokens: Annotated[int, msgspec.Meta(ge=1), BENCH_KNOB] = 50
     # A waiting job preempts a running one only if the victim's predicted remaining tokens
     # exceed (1 + margin) x the candidate's: preempt when it pays, not at every window.
-    margin: float = 1.0
+    margin: Annotated[float, NonNegative, BENCH_KNOB] = 1.0
     # Most times one job may be preempted; bounds churn and every job's completion time.
-    max_preemptions: int = 2
+    max_preemptions: Annotated[int, NonNegative, BENCH_KNOB] = 2
     # Seconds one batch of re-predictions may take before the old predictions are kept.
-    repredict_timeout_s: float = 1.0
+    repredict_timeout_s: Annotated[float, Positive, BENCH_KNOB] = 1.0
     # Preempted jobs' KV is saved to kvstore (needs [kvstore] enabled), not left in the
     # engine's prefix cache, where the engine may evict it (then the resume recomputes).
     offload: bool = False
-
-    def problems(self) -> list[str]:
-        return failed([
-            (self.window_tokens >= 1, "window_tokens must be >= 1"),
-            (self.margin >= 0, "margin must be >= 0"),
-            (self.max_preemptions >= 0, "max_preemptions must be >= 0"),
-            (self.repredict_timeout_s > 0, "repredict_timeout_s must be > 0"),
-        ])
 
 
 class ISRTF(Policy):
@@ -77,8 +72,8 @@ class ISRTF(Policy):
         window = self.window_tokens
         return (job.num_generated_tokens // window + 1) * window
 
-    def on_checkpoint(self, job: Job, now: float) -> bool:
-        return True  # re-predict the remaining length from prompt + partial output
+    def on_checkpoint(self, job: Job, now: float) -> Checkpoint:
+        return Checkpoint(repredict=True)  # the remaining length from prompt + partial output
 
     def choose_victim(self, candidate: Job, running: Sequence[Job], now: float) -> Job | None:
         return pick_victim(candidate, running, self.remaining_tokens, self._pays)
@@ -96,6 +91,7 @@ class OracleSRPT(ISRTF):
 
     name = "oracle-srpt"
     uses_predictions = False
+    benchmark_only = True  # the truth is known to benchmarks only
 
     def remaining_tokens(self, job: Job) -> float:
         return true_remaining(job)

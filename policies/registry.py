@@ -26,6 +26,11 @@ def names() -> list[str]:
     return sorted(_POLICIES)
 
 
+def benchmark_only(name: str) -> bool:
+    """Whether policy `name` needs what only benchmarks know (the oracles' true lengths)."""
+    return bool(getattr(policy_class(name), "benchmark_only", False))
+
+
 def policy_class(name: str) -> type[Policy]:
     try:
         return _POLICIES[name]

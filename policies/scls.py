@@ -34,12 +34,14 @@ import heapq
 import math
 from collections import deque
 from itertools import groupby
-from typing import Literal
+from typing import Annotated, Literal
+
+import msgspec
 
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, JobStatus
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
-from policies.common import Params, failed
+from policies.common import BENCH_KNOB, NonNegative, Params, Positive
 from policies.scls_batching import dp_batches, max_min_assign, next_interval
 
 _Planned = tuple[Job, int]  # job, its num_dispatches when planned (stale once relaunched)
@@ -49,26 +51,18 @@ class SCLSParams(Params, frozen=True):
     """[policies.scls]: slice-level scheduling (SCLS)."""
 
     # Most tokens one dispatch runs before the job returns to the pool (the slice S).
-    slice_tokens: int = 128
+    slice_tokens: Annotated[int, msgspec.Meta(ge=1), BENCH_KNOB] = 128
     # When dispatches are cut into slices. "auto": only under a memory bound
     # (kv_capacity_tokens > 0), where a slice caps each job's KV growth; on a continuous-
     # batching engine slices otherwise only add re-prefills and waits (docs/policies.md has
     # the figures). "always": the paper's rule. "never": whole jobs.
-    slicing: Literal["auto", "always", "never"] = "auto"
+    slicing: Annotated[Literal["auto", "always", "never"], BENCH_KNOB] = "auto"
     # The schedule interval T = max(interval_factor x least executor load, min_interval_s).
-    min_interval_s: float = 0.5
-    interval_factor: float = 0.5
+    min_interval_s: Annotated[float, Positive, BENCH_KNOB] = 0.5
+    interval_factor: Annotated[float, msgspec.Meta(gt=0, le=1), BENCH_KNOB] = 0.5
     # Memory estimate per executor, in KV tokens: a batch needs (input + slice) x size of
     # them. 0 = no memory bound beyond scheduler.max_running.
-    kv_capacity_tokens: int = 0
-
-    def problems(self) -> list[str]:
-        return failed([
-            (self.slice_tokens >= 1, "slice_tokens must be >= 1"),
-            (self.min_interval_s > 0, "min_interval_s must be > 0"),
-            (0 < self.interval_factor <= 1, "interval_factor must be in (0, 1]"),
-            (self.kv_capacity_tokens >= 0, "kv_capacity_tokens must be >= 0"),
-        ])
+    kv_capacity_tokens: Annotated[int, NonNegative, BENCH_KNOB] = 0
 
     @property
     def sliced(self) -> bool:

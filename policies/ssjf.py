@@ -30,6 +30,7 @@ class OracleSJF(SSJF):
 
     name = "oracle-sjf"
     uses_predictions = False
+    benchmark_only = True  # the truth is known to benchmarks only
 
     def remaining_tokens(self, job: Job) -> float:
         return true_remaining(job)

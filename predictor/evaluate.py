@@ -1,22 +1,88 @@
-"""The eval report: quality on a data file, baselines, and latency."""
+"""Prediction quality and the eval report: regression errors, SSJF's 5-class accuracy,
+Kendall's tau and quantile coverage on a data file, the baselines, and predict latency
+(single request, batch of 32, long prompts)."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from tqdm import tqdm
 
 from predictor.api import PredictInput, Predictor
-from predictor.latency import batch_ms, percentiles, single_request_ms
 from predictor.manifest import Manifest
-from predictor.metrics import quality
-from predictor.quantiles import coverage
-from predictor.records import Record, is_first_turn
-from predictor.text import render
+from predictor.records import Record, is_first_turn, render
 
+T = TypeVar("T")
 LONG_PROMPT_CHARS = 3000  # comfortably over 512 encoder tokens (~4-5 chars per word piece)
 CONTEXT_TOKENS = 2048  # the serving model's context: longer answers cannot occur in serving
+
+
+def quintiles(train_lengths: np.ndarray) -> list[float]:
+    """Class boundaries for acc5: the 20/40/60/80 % points of the *training* lengths."""
+    return [float(q) for q in np.percentile(train_lengths, [20, 40, 60, 80])]
+
+
+def quality(pred: np.ndarray, true: np.ndarray, bounds: list[float]) -> dict[str, float]:
+    # Imported here: the predictors import this module when serving, and scipy costs there.
+    from scipy.stats import kendalltau
+
+    pred = np.asarray(pred, dtype=np.float64)
+    true = np.asarray(true, dtype=np.float64)
+    err = pred - true
+    var = float(np.var(true))
+    tau = kendalltau(pred, true).statistic if len(true) > 1 else float("nan")
+    return {
+        "n": len(true),
+        "mae": float(np.mean(np.abs(err))),
+        "rmse": float(np.sqrt(np.mean(err**2))),
+        "r2": float(1.0 - np.mean(err**2) / var) if var > 0 else float("nan"),
+        "acc5": float(np.mean(np.digitize(pred, bounds) == np.digitize(true, bounds))),
+        "kendall_tau": 0.0 if math.isnan(tau) else float(tau),  # constant predictions: nan
+    }
+
+
+def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least-squares y = a*x + b (the prompt-length baseline)."""
+    a, b = np.polyfit(np.asarray(x, np.float64), np.asarray(y, np.float64), 1)
+    return float(a), float(b)
+
+
+def coverage(upper: np.ndarray, true: np.ndarray) -> float:
+    """Share of true lengths at or under the predicted quantile (0.9 for a calibrated p90)."""
+    return float(np.mean(np.asarray(true, np.float64) <= np.asarray(upper, np.float64)))
+
+
+def timed_ms(fn: Callable[[], object], repeats: int) -> np.ndarray:
+    fn()  # warm-up: first calls pay for lazy allocations
+    out: list[float] = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1000.0)
+    return np.asarray(out)
+
+
+def single_request_ms(predict: Callable[[list[T]], object], inputs: Sequence[T],
+                      repeats: int = 50) -> np.ndarray:
+    picks = [inputs[i % len(inputs)] for i in range(repeats)]
+    it = iter(picks * 2)
+    return timed_ms(lambda: predict([next(it)]), repeats)
+
+
+def batch_ms(predict: Callable[[list[T]], object], inputs: Sequence[T], size: int = 32,
+             repeats: int = 5) -> float:
+    batch = [inputs[i % len(inputs)] for i in range(size)]
+    return float(np.median(timed_ms(lambda: predict(batch), repeats)))
+
+
+def percentiles(ms: np.ndarray) -> dict[str, float]:
+    if len(ms) == 0:
+        return {"p50_ms": float("nan"), "p99_ms": float("nan")}
+    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
 
 
 def predict_all(predictor: Predictor, inputs: list[PredictInput], true: np.ndarray,

@@ -1,28 +1,76 @@
-"""Vector index of past requests (faiss, inner product on unit vectors) with their lengths.
+"""What the retrieval predictor searches: lexical keys of requests, a vector index of them
+(faiss HNSW, inner product on unit vectors) with their lengths, and its crash-safe files.
 
-Persistence is crash-safe: write a temp file, fsync, rename over the old file, fsync the
-folder. Files carry a SHA-256 trailer, so a torn or corrupt file is detected on load and the
-previous generation (.prev) is used instead.
+Keys: a TF-IDF vector, randomly projected to a small dense unit vector. Cosine of random
+projections approximates cosine of the TF-IDF vectors (Johnson-Lindenstrauss), so
+near-duplicate requests score ~1 while unrelated ones score ~0 -- and a key costs about a
+millisecond, unlike a transformer pass on this CPU.
+
+Files: write a temp file, fsync, rename over the old file (kept as .prev), fsync the folder.
+Index files carry a SHA-256 trailer, so a torn or corrupt file is detected on load and the
+previous generation is used instead.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
 
 import faiss
 import numpy as np
 
+from predictor.features import BagTokenizer
+from predictor.records import Turn, render
+
+T = TypeVar("T")
+
+KEY_DIM = 256
+PROJECTION_SEED = 20240917  # fixed: keys must not change between runs
 MAGIC = b"LWIDX2\n"
+HNSW_NEIGHBOURS = 32  # graph degree: recall vs memory
+HNSW_EF_SEARCH = 64  # candidates per query: recall vs latency (~0.2 ms at 40k x 256)
+HNSW_EF_CONSTRUCTION = 80
+
+
+class LexicalKeyer:
+    """Unit-length keys of conversations: TF-IDF over the bag pieces, projected to `dim`."""
+
+    def __init__(self, bagger: BagTokenizer, idf: np.ndarray, dim: int = KEY_DIM) -> None:
+        self.bagger = bagger
+        self.idf = idf.astype(np.float32)
+        rng = np.random.default_rng(PROJECTION_SEED)
+        # int8 signs: 63k x 256 bytes instead of 4x that in float32
+        self.projection = rng.choice(np.array([-1, 1], np.int8), size=(bagger.table_size, dim))
+        self.dim = dim
+
+    def keys(self, conversations: Sequence[Sequence[Turn]]) -> np.ndarray:
+        bag = self.bagger.bag([render(m) for m in conversations])
+        ends = list(bag.offsets[1:]) + [len(bag.ids)]
+        out = np.zeros((len(conversations), self.dim), np.float32)
+        for row, (s, e) in enumerate(zip(bag.offsets, ends)):
+            ids, counts = np.unique(bag.ids[s:e], return_counts=True)
+            weights = (1.0 + np.log(counts)) * self.idf[ids]
+            out[row] = weights @ self.projection[ids].astype(np.float32)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.maximum(norms, 1e-9)
+
+
+def fit_idf(bagger: BagTokenizer, conversations: Sequence[Sequence[Turn]]) -> np.ndarray:
+    """Smoothed inverse document frequency over the training conversations."""
+    bag = bagger.bag([render(m) for m in conversations])
+    ends = list(bag.offsets[1:]) + [len(bag.ids)]
+    df = np.zeros(bagger.table_size, np.float64)
+    for s, e in zip(bag.offsets, ends):
+        df[np.unique(bag.ids[s:e])] += 1
+    return np.log((1 + len(conversations)) / (1 + df)).astype(np.float32) + 1.0
 
 
 class CorruptIndex(ValueError):
     pass
-
-
-HNSW_NEIGHBOURS = 32  # graph degree: recall vs memory
-HNSW_EF_SEARCH = 64  # candidates per query: recall vs latency (~0.2 ms at 40k x 256)
-HNSW_EF_CONSTRUCTION = 80
 
 
 def _new_faiss(dim: int) -> faiss.Index:
@@ -85,3 +133,32 @@ class VectorIndex:
         if len(index) != n:
             raise CorruptIndex("graph size does not match header")
         return index
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """tmp + fsync + rename: a crash leaves either the old or the new file, never a mix."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if path.exists():
+        os.replace(path, path.with_name(path.name + ".prev"))
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the renames themselves durable
+    finally:
+        os.close(dir_fd)
+
+
+def load_newest_valid(path: Path, parse: Callable[[bytes], T]) -> T | None:
+    """The current file if it parses, else the previous generation, else None."""
+    for candidate in (path, path.with_name(path.name + ".prev")):
+        try:
+            return parse(candidate.read_bytes())
+        except FileNotFoundError:
+            continue
+        except ValueError:  # CorruptIndex and friends: try the older generation
+            continue
+    return None

@@ -1,4 +1,5 @@
-"""manifest.json: which kind of predictor a folder holds and what it was trained with."""
+"""manifest.json: which kind of predictor a folder holds, the shape of its LengthNet and what
+it was trained with. Torch-free, so reading a manifest (and `import predictor`) stays light."""
 
 from __future__ import annotations
 
@@ -7,10 +8,24 @@ from pathlib import Path
 
 import msgspec
 
-from predictor.netconfig import NetConfig
-
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
+
+
+class NetConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """LengthNet's shape."""
+
+    table_size: int  # bag vocabulary: word pieces + hashed bigrams
+    num_numeric: int
+    emb_dim: int = 0  # frozen encoder embedding width; 0 = no encoder (bags + numerics only)
+    bag_dim: int = 32
+    hidden: int = 256
+    dropout: float = 0.1
+    partial: bool = False  # iterative: a third bag over the partial response
+    # Quantile levels of log1p(tokens) the net also outputs (pinball loss); () = point only.
+    quantiles: tuple[float, ...] = ()
+    # Nets trained with seeds seed, seed+1, ...; their outputs are averaged (in log space).
+    members: int = 1
 
 
 class Manifest(msgspec.Struct, frozen=True, kw_only=True):

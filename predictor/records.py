@@ -1,9 +1,10 @@
-"""The training / request-log record: one answered user turn, read and written as JSONL."""
+"""The training / request-log record (one answered user turn, JSONL) and how a conversation
+becomes text: role-tagged turns, oldest first, of which the encoders keep the newest."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import msgspec
@@ -16,6 +17,9 @@ class Message(msgspec.Struct, frozen=True):
     content: str
 
 
+Turn = Message  # one chat turn (role, content)
+
+
 class Record(msgspec.Struct, frozen=True):
     """Also the daemon's request-log line, so a deployment can retrain on its own outputs."""
 
@@ -25,9 +29,18 @@ class Record(msgspec.Struct, frozen=True):
     output_tokens: int  # length of `response` under the serving model's tokenizer
 
 
-ROLES = frozenset({"user", "assistant", "system"})
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Record)
+
+
+def render(messages: Sequence[Turn]) -> str:
+    """Role-tagged turns, oldest first; the encoder keeps the *last* N tokens (SSJF)."""
+    return "\n".join(f"{m.role}: {m.content}" for m in messages)
+
+
+def current_prompt(messages: Sequence[Turn]) -> str:
+    """The user turn being answered (the last one)."""
+    return messages[-1].content if messages else ""
 
 
 def conversation_key(record_id: str) -> str:

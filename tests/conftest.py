@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, SMOLLM2, TINY, DaemonProcess, config_text, free_port
+from tests.support import (
+    BENCH_KNOBS,
+    ROOT,
+    SMOLLM2,
+    TINY,
+    DaemonProcess,
+    config_text,
+    free_port,
+)
 
 
 def _require(model: Path) -> None:
@@ -15,12 +23,13 @@ def _require(model: Path) -> None:
 
 
 @contextlib.contextmanager
-def _running(folder: Path, model: Path, **config: object) -> Iterator[DaemonProcess]:
+def _running(folder: Path, model: Path, env: dict[str, str] | None = None,
+             **config: object) -> Iterator[DaemonProcess]:
     """A ready daemon for the block; it must then stop cleanly (exit 0)."""
     _require(model)
     path = folder / "lengthwise.toml"
     path.write_text(config_text(model, free_port(), **config))  # type: ignore[arg-type]
-    daemon = DaemonProcess(path, folder / "daemon.log")
+    daemon = DaemonProcess(path, folder / "daemon.log", env)
     try:
         daemon.wait_ready()
         yield daemon
@@ -50,7 +59,7 @@ def policy_daemon(tmp_path_factory: pytest.TempPathFactory
         daemon.reload_policy(policy)
         return daemon
 
-    # The tiny engine's measured cost model, and aging off so that the end-to-end tests see
+    # The tiny engine's measured cost model, and aging off (a benchmark knob) so that the end-to-end tests see
     # each policy's own order. Aging's bounds are tested in the simulator and the property
     # tests; here any bound (k x the typical service time) is crossed once the machine is
     # slow enough, and a backlog promoted behind two long blockers starts in arrival order.
@@ -60,7 +69,7 @@ enabled = false
 [costmodel]
 profile = "{ROOT / 'bench' / 'profiles' / 'tiny-llama-cpu-stack.json'}"
 """
-    with _running(tmp_path_factory.mktemp("policy-daemon"), TINY, max_running=2,
+    with _running(tmp_path_factory.mktemp("policy-daemon"), TINY, BENCH_KNOBS, max_running=2,
                   max_num_seqs=4, dtype="float32", extra=extra) as daemon:
         yield switch
 

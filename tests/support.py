@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import socket
@@ -12,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from daemon.core.stream import JobEnd, OutputStream, TokenDelta
+
 ROOT = Path(__file__).resolve().parents[1]
 SMOLLM2 = ROOT / "models" / "smollm2-135m-instruct"
 TINY = ROOT / "models" / "tiny-llama"
@@ -19,6 +23,8 @@ TINY = ROOT / "models" / "tiny-llama"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 AZURE_CONV = SHARED_DATA / "azure_llm_2023_conv.csv"
 LENGTHWISE = Path(sys.executable).parent / "lengthwise"
+# The environment of a daemon whose config sets benchmark knobs (daemon/config.py).
+BENCH_KNOBS = {"LENGTHWISE_BENCH_KNOBS": "1"}
 
 
 def free_port() -> int:
@@ -36,11 +42,11 @@ port = {port}
 [model]
 path = "{model}"
 max_model_len = 2048
-dtype = "{dtype}"
 [engine]
 kind = "{engine_kind}"
 max_num_seqs = {max_num_seqs}
 cpu_kv_cache_gib = 1
+vllm_args = {{ dtype = "{dtype}" }}
 [scheduler]
 policy = "{policy}"
 max_running = {max_running}
@@ -48,6 +54,13 @@ max_running = {max_running}
 drain_timeout_s = {drain_timeout_s}
 {extra}
 """
+
+
+def sim_profile(path: Path, **costs: float) -> str:
+    """The [costmodel] lines for a cost profile with these `sim` coefficients, written to
+    `path`: what the simulated engine (engine.kind = "sim") runs and the policies use."""
+    path.write_text(json.dumps({"sim": costs}))
+    return f'[costmodel]\nprofile = "{path}"\n'
 
 
 class DaemonProcess:
@@ -125,3 +138,14 @@ class DaemonProcess:
             if line.startswith(prefix) and (line[len(name)] in " {"):
                 total += float(line.rsplit(" ", 1)[1])
         return total
+
+
+async def read_to_end(stream: OutputStream, timeout_s: float = 120.0
+                      ) -> tuple[list[TokenDelta], JobEnd]:
+    """Every delta a job's output stream gives, and its end."""
+    deltas: list[TokenDelta] = []
+    while True:
+        item = await asyncio.wait_for(stream.next(), timeout_s)
+        if isinstance(item, JobEnd):
+            return deltas, item
+        deltas.append(item)

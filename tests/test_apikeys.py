@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.apikeys import load
+from daemon.apikeys import KeyFileError, load
 from daemon.config import ConfigError
 
 
@@ -36,7 +36,7 @@ def test_a_good_file(tmp_path: Path) -> None:
 def test_bad_key_files_name_the_line(tmp_path: Path, line: str, says: str) -> None:
     path = tmp_path / "keys"
     path.write_text("# comment\n" + line + "\n")
-    with pytest.raises(ConfigError, match=says):
+    with pytest.raises(KeyFileError, match=says):
         load(str(path))
 
 

@@ -27,7 +27,16 @@ from policies.isrtf import ISRTFParams
 MODEL = "smollm2-135m-instruct"
 ASK = [{"role": "user", "content": "Explain in detail how a hash table handles collisions."}]
 TOKENS = 120  # windows at 50 and 100
-FIRST: dict[str, float] = {}  # job id -> predicted output tokens at its first dispatch
+
+
+class _Recording(Service):
+    """The service, keeping every job that ended."""
+
+    ended: list[Job]
+
+    def _observe(self, job: Job) -> None:
+        self.ended.append(job)
+        super()._observe(job)
 
 
 def _config(model: Path, predictor: PredictorConfig, timeout_s: float = 1.0) -> Config:
@@ -42,12 +51,8 @@ def _config(model: Path, predictor: PredictorConfig, timeout_s: float = 1.0) -> 
 async def served(smollm2_model: Path, request: pytest.FixtureRequest,
                  ) -> AsyncIterator[tuple[httpx.AsyncClient, Service, list[Job]]]:
     predictor, timeout_s = request.param
-    service = await Service.create(_config(smollm2_model, predictor, timeout_s))
-    ended: list[Job] = []
-    service.scheduler.on_job_end.append(ended.append)
-    # The response header carries the estimate at the end; keep the one it started with.
-    service.scheduler.on_dispatch.append(
-        lambda job, _: FIRST.setdefault(job.job_id, job.predicted_output_tokens or 0.0))
+    service = await _Recording.create(_config(smollm2_model, predictor, timeout_s))
+    service.ended = ended = []
     await service.start()
     transport = httpx.ASGITransport(app=build_app(service))
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
@@ -60,7 +65,7 @@ async def _ask(http: httpx.AsyncClient) -> str:
         "model": MODEL, "messages": ASK, "max_tokens": TOKENS, "ignore_eos": True})
     assert response.status_code == 200
     assert response.json()["usage"]["completion_tokens"] == TOKENS
-    return response.headers["x-lengthwise-predicted-tokens"]  # the estimate at the end
+    return response.headers["x-lengthwise-predicted-tokens"]  # the first estimate
 
 
 def _metric(text: str, name: str) -> float:
@@ -81,9 +86,9 @@ async def test_iterative_model_repredicts_a_running_isrtf_job(served) -> None:
     assert "lengthwise_repredict_batch_seconds_count 2.0" in text
     # The last re-prediction (asked at 100 tokens) set the total, not the first guess.
     (job,) = ended
-    assert job.predicted_output_tokens != pytest.approx(FIRST[job.job_id], abs=0.5)
+    assert job.first_prediction is not None and header == f"{job.first_prediction:.0f}"
+    assert job.predicted_output_tokens != pytest.approx(job.first_prediction, abs=0.5)
     assert job.predicted_output_tokens >= 101
-    assert header == f"{job.predicted_output_tokens:.0f}"
 
 
 @pytest.mark.asyncio
@@ -95,8 +100,8 @@ async def test_repredictions_read_the_decoded_partial_answer(served) -> None:
     answer = "Sure! Here is a step-by-step plan:\n1. First, " * 8
     ids = service.tokenizer.encode(answer)
     job = Job(job_id="x", prompt_token_ids=[1, 2, 3], sampling=SamplingSpec(max_tokens=400),
-              arrival_time=0.0, generated_token_ids=ids)
-    await service.predictions.predict(job, ASK)
+              arrival_time=0.0, generated_token_ids=ids, messages=ASK)
+    await service.predictions.predict(job)
     (got,) = await service.predictions.remaining([job])
     (want,) = service.predictions.iterative.predict_remaining(
         [(PredictInput.from_openai(ASK), service.tokenizer.decode(ids))])
@@ -115,10 +120,10 @@ async def test_off_or_late_keeps_first_prediction_minus_tokens(served) -> None:
     text = (await http.get("/metrics")).text
     assert _metric(text, "lengthwise_repredictions_total") == 0
     if service.predictions.iterative is None:  # off: nothing asked
-        assert service.scheduler.remaining_predictor is None
+        assert service.scheduler.repredictor.predict is None
         assert _metric(text, "lengthwise_repredict_batches_total") == 0
     else:  # every batch timed out: counted, the job kept its first estimate
         assert _metric(text, "lengthwise_repredict_failures_total") == 2
     (job,) = ended
-    assert job.predicted_output_tokens == FIRST[job.job_id]
-    assert header == f"{FIRST[job.job_id]:.0f}"
+    assert job.predicted_output_tokens == job.first_prediction
+    assert header == f"{job.first_prediction:.0f}"

@@ -30,7 +30,7 @@ from bench import costfile, workload
 from bench.fleet import report
 from bench.fleet.run import FleetPoint, capacity_rps, run_point
 from bench.pool import run_pool
-from bench.sim.cli import add_config_arguments, config_from_args
+from bench.sim.cli import add_config_arguments, config_from_args, sim_from_args
 from bench.sim.predictions import PREDICTORS, predictions
 from bench.sim.run import SimOptions
 from daemon.config import Config, ConfigError
@@ -76,8 +76,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _options(args: argparse.Namespace, config: Config, executors: int) -> SimOptions:
-    return SimOptions(config=config, executors=executors, natural=args.natural,
-                      max_model_len=args.max_model_len, seed=args.seed)
+    return SimOptions(config=config, sim=sim_from_args(args, config), executors=executors,
+                      natural=args.natural, max_model_len=args.max_model_len, seed=args.seed)
 
 
 def _requests(args: argparse.Namespace) -> tuple[list[workload.Request], list[float | None]]:

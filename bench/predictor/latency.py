@@ -13,10 +13,8 @@ import numpy as np
 import torch
 
 from predictor import PredictInput, load_predictor
-from predictor.evaluate import LONG_PROMPT_CHARS
-from predictor.latency import single_request_ms
-from predictor.records import read_records
-from predictor.text import render
+from predictor.evaluate import LONG_PROMPT_CHARS, single_request_ms
+from predictor.records import read_records, render
 
 
 def main(data_path: str, models: list[str], rounds: int = 5, per_round: int = 40) -> None:

@@ -17,12 +17,11 @@ import numpy as np
 import torch
 
 from predictor.dataset import lengths, load_train_dev
-from predictor.features import NUMERIC_NAMES, BagTokenizer
-from predictor.metrics import quality, quintiles
-from predictor.model import NetConfig
+from predictor.evaluate import quality, quintiles
+from predictor.features import NUMERIC_NAMES, BagTokenizer, featurize
+from predictor.manifest import NetConfig
+from predictor.proxy import quantile_metrics
 from predictor.records import is_first_turn
-from predictor.rows import featurize
-from predictor.train_proxy import quantile_metrics
 from predictor.trainer import TrainConfig, all_outputs, calibration, fit, scores
 
 

@@ -16,20 +16,23 @@ import msgspec
 from bench import costfile, workload
 from bench.metrics import summarize, to_json
 from bench.sim.overhead import burst_size, measure_overhead, overhead_table
-from bench.sim.overrides import build_config, sim_overrides
+from bench.sim.overrides import build_config, build_sim, split_sim
 from bench.sim.predictions import PREDICTORS, predictions
 from bench.sim.run import SimOptions, simulate
-from daemon.config import Config, ConfigError
+from daemon.config import Config, ConfigError, cost_profile
+from daemon.executors.settings import SimConfig
 
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
     """--config, --profile, --set and their shorthands (all applied as overrides)."""
     p.add_argument("--config", type=Path, help="start from this lengthwise TOML file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key (dotted, repeatable), e.g. "
-                   "scheduler.policy=ssjf or policies.isrtf.margin=0.5")
-    p.add_argument("--profile", type=Path, help="cost profile JSON (bench/profiles/): its "
-                   "coefficients become the [sim] section ('none': the config's [sim])")
+                   help="override a config key (dotted, repeatable; benchmark knobs too), "
+                   "e.g. scheduler.policy=ssjf or policies.isrtf.margin=0.5; sim.KEY sets the "
+                   "simulated engine (sim.decode_base_s=0.01)")
+    p.add_argument("--profile", type=Path, help="cost profile JSON (bench/profiles/): the "
+                   "simulated engine's costs, which the policies estimate with too ('none': "
+                   "the config's [costmodel] profile, else the generic cost model)")
     p.add_argument("--policy", help="shorthand for --set scheduler.policy=P")
     p.add_argument("--max-running", type=int,
                    help="shorthand for --set scheduler.max_running=N (jobs per engine)")
@@ -40,10 +43,8 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def overrides_from_args(args: argparse.Namespace) -> list[str]:
-    """Profile, then shorthands, then --set: a later item wins."""
+    """Shorthands, then --set: a later item wins (sim.* items included)."""
     items = []
-    if args.profile and str(args.profile) != "none":
-        items += sim_overrides(costfile.load(args.profile).sim)
     if args.policy is not None:
         items.append(f"scheduler.policy={args.policy}")
     if args.max_running is not None:
@@ -56,7 +57,18 @@ def overrides_from_args(args: argparse.Namespace) -> list[str]:
 
 
 def config_from_args(args: argparse.Namespace, extra: list[str] | None = None) -> Config:
-    return build_config(args.config, overrides_from_args(args) + (extra or []))
+    config_items, _ = split_sim(overrides_from_args(args) + (extra or []))
+    return build_config(args.config, config_items)
+
+
+def sim_from_args(args: argparse.Namespace, config: Config) -> SimConfig:
+    """The simulated engine: --profile's coefficients (else the config's cost profile), then
+    the sim.* items of --set."""
+    if args.profile and str(args.profile) != "none":
+        base = costfile.load(args.profile).sim
+    else:
+        base = cost_profile(config)
+    return build_sim(base, split_sim(overrides_from_args(args))[1])
 
 
 def add_sim_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,14 +81,15 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--natural", action="store_true", help="jobs stop at their true length "
                    "by themselves and max_tokens is the room left in the context. Without it "
                    "max_tokens is the true length, as in `bench compare`, and the core is "
-                   "told not to cap predictions by it (scheduler.trust_budget = false), "
+                   "told not to cap predictions by it (the benchmark knob "
+                   "scheduler.trust_budget = false), "
                    "or predicted policies would read the truth off the budget")
 
 
 def sim_options(args: argparse.Namespace, config: Config) -> SimOptions:
-    return SimOptions(config=config, executors=args.executors, natural=args.natural,
-                      max_model_len=args.max_model_len, iterative=args.iterative,
-                      seed=args.seed)
+    return SimOptions(config=config, sim=sim_from_args(args, config), executors=args.executors,
+                      natural=args.natural, max_model_len=args.max_model_len,
+                      iterative=args.iterative, seed=args.seed)
 
 
 def _parser() -> argparse.ArgumentParser:

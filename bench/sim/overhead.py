@@ -17,7 +17,7 @@ import msgspec
 import numpy as np
 
 from bench import workload
-from bench.sim.run import SimOptions, make_job, start_scheduler, stop, time_rounds
+from bench.sim.run import SimOptions, make_job, start_daemon, time_rounds
 from daemon.executors.virtualclock import VirtualClockLoop
 
 
@@ -46,20 +46,21 @@ def measure_overhead(requests: Sequence[workload.Request], preds: Sequence[float
 
 async def _measure(requests: Sequence[workload.Request], preds: Sequence[float | None],
                    opts: SimOptions, waiting: int) -> Overhead:
-    sched, exs = await start_scheduler(opts)
+    daemon = await start_daemon(opts)
+    sched = daemon.scheduler
     rounds = time_rounds(sched)
     jobs = [make_job(r, p, opts, 0.0) for r, p in zip(requests, preds, strict=True)]
     gc.collect()  # start clean; collections during the run are counted, as in service
     t0 = time.perf_counter()
     for job in jobs:
-        sched.submit(job)
+        daemon.submit(job)
     submit_us = (time.perf_counter() - t0) / len(jobs) * 1e6
-    task = asyncio.create_task(sched.run())
-    try:
-        while len(sched.waiting) >= waiting:
+    daemon.tasks.append(asyncio.create_task(sched.run()))
+    try:  # until the burst was taken in and has drained below `waiting`
+        while not sched.inbox.empty() or len(sched.waiting) >= waiting:
             await asyncio.sleep(0.05)
     finally:
-        await stop(sched, task, exs, abort=True)
+        await daemon.stop(abort=True)
     cpu = np.array([c for n, _, c in rounds if n >= waiting]) * 1e6
     wall = np.array([w for n, w, _ in rounds if n >= waiting]) * 1e6
     if not len(cpu):

@@ -1,10 +1,12 @@
 """The simulator's daemon Config: a TOML file, then KEY=VALUE overrides, decoded by the same
 code as `lengthwise serve --config` (daemon.config.decode), so an unknown key or a wrong type
-is refused with the key's name.
+is refused with the key's name. Benchmark knobs (daemon.core.settings.BENCH_KNOB) are
+allowed here: setting them is what the simulator is for.
 
 Overrides are dotted keys into the Config tree (`scheduler.aging.promote_after_s=4`); a
 value is read as a TOML value (`4`, `0.5`, `true`, `"x"`, `[1, 2]`), and as a plain string
-when it is not one (`scheduler.policy=ssjf`).
+when it is not one (`scheduler.policy=ssjf`). Keys under `sim.` set the simulated engine
+(daemon.executors.settings.SimConfig), which is not part of the daemon's Config.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from typing import Any
 
 import msgspec
 
-from daemon.config import Config, ConfigError, SimConfig, decode
+from daemon.config import Config, ConfigError, decode, key_error
+from daemon.executors.settings import SimConfig
 
 # What the simulator needs whatever the file says, unless overridden: no 429s (every job of
 # the workload is served) and a simulated engine.
 SIM_DEFAULTS = ("engine.kind=sim", "scheduler.max_waiting=1000000000")
+SIM_PREFIX = "sim."  # overrides of the simulated engine, not of the Config
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -92,12 +96,27 @@ def build_config(base: Path | None = None, overrides: Sequence[str] = (),
             and isinstance(scheduler.get("max_running"), int)):
         # The simulated engine has no batch cap of its own: let max_running through.
         engine.setdefault("max_num_seqs", scheduler["max_running"])
-    return decode(to_toml(tree), f"{base} with --set" if base else "--set")
+    return decode(to_toml(tree), f"{base} with --set" if base else "--set", bench_knobs=True)
 
 
-def sim_overrides(sim: SimConfig) -> list[str]:
-    """A cost profile's coefficients as [sim] overrides."""
-    return [f"sim.{k}={v!r}" for k, v in msgspec.structs.asdict(sim).items()]
+def split_sim(items: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(config overrides, `sim.KEY=VALUE` overrides of the simulated engine)."""
+    sim = [item for item in items if item.strip().startswith(SIM_PREFIX)]
+    return [item for item in items if item not in sim], sim
+
+
+def build_sim(base: SimConfig, overrides: Sequence[str] = ()) -> SimConfig:
+    """The simulated engine: `base` with `sim.KEY=VALUE` overrides, checked as a file is."""
+    tree = apply({"sim": msgspec.structs.asdict(base)}, overrides)
+    try:
+        return msgspec.convert(tree, type=_Sim).sim
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"--set: {key_error(exc, tree)}") from None
+
+
+class _Sim(msgspec.Struct, forbid_unknown_fields=True):
+    sim: SimConfig
+
 
 
 def _fill(tree: dict[str, Any], defaults: Iterable[str]) -> None:

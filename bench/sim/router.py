@@ -21,12 +21,13 @@ ROUTERS = ("least_queue", "predicted", "round_robin")
 
 
 def queue_length(sched: Scheduler) -> int:
-    return len(sched.waiting) + sched.num_running
+    """Jobs accepted and not ended: waiting, running, or still in the core's inbox."""
+    return sched.num_jobs
 
 
 def outstanding_tokens(sched: Scheduler) -> float:
     waiting = sum(job.predicted_remaining_tokens for job in sched.waiting)
-    return waiting + sum(ex.load() for ex in sched.executors)
+    return waiting + sum(lane.load() for lane in sched.lanes)
 
 
 def make_route(name: str, daemons: Sequence[Scheduler]) -> Route:

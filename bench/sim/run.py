@@ -2,7 +2,8 @@
 virtual time (VirtualClockLoop: the clock jumps to the next timer instead of sleeping).
 
 Nothing is re-implemented: jobs go through Scheduler.submit exactly as the HTTP layer hands
-them over, and SimExecutor runs the fitted cost model of the config's [sim] section.
+them over, and SimExecutor runs the options' cost model (a profile's fitted coefficients),
+which the policies estimate with too.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 import msgspec
 
@@ -20,16 +21,21 @@ from bench.metrics import RequestResult
 from bench.sim.predictions import iterative_predictor
 from bench.sim.router import make_route
 from daemon.config import Config
+from daemon.core.costmodel import CostModel
+from daemon.core.events import Event
 from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.scheduler import Scheduler
-from daemon.executors.base import Executor
+from daemon.core.stream import OutputStream
+from daemon.executors.settings import SimConfig
 from daemon.executors.sim import SimExecutor
 from daemon.executors.virtualclock import VirtualClockLoop
-from daemon.policysetup import make_policy
+from daemon.service import build_core
 
 
 class SimOptions(msgspec.Struct, frozen=True, kw_only=True):
-    config: Config = msgspec.field(default_factory=Config)  # policy, aging, [sim] costs
+    config: Config = msgspec.field(default_factory=Config)  # policy, aging, benchmark knobs
+    # The simulated engine's costs (a profile's `sim` section); the policies' estimates too.
+    sim: SimConfig = msgspec.field(default_factory=SimConfig)
     executors: int = 1
     natural: bool = False  # forced lengths (ignore_eos + max_tokens) unless set
     max_model_len: int = 2048
@@ -53,11 +59,33 @@ class SimRun(msgspec.Struct, kw_only=True):
     rounds: list[tuple[int, float, float]] = []  # (waiting jobs, wall s, CPU s) per round
 
 
-class _NullQueue(asyncio.Queue):  # type: ignore[type-arg]
-    """Nobody streams simulated tokens to a client: drop them instead of piling them up."""
+class NullStream(OutputStream):
+    """Nobody reads simulated tokens: drop them instead of piling them up (no stop strings
+    in simulated requests)."""
 
-    def put_nowait(self, item: Any) -> None:
-        pass
+    def push(self, text: str, token_ids: list[int]) -> bool:
+        return False
+
+
+@dataclass(slots=True)
+class SimDaemon:
+    """The real core and policy on started SimExecutors, each running its task."""
+
+    scheduler: Scheduler
+    executors: list[SimExecutor]
+    tasks: list[asyncio.Task[None]]
+
+    def submit(self, job: Job) -> None:
+        self.scheduler.submit(job, NullStream())
+
+    async def stop(self, abort: bool = False) -> None:
+        if abort:  # jobs still queued or running (overhead runs stop early)
+            await self.scheduler.abort_all(1.0)
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for ex in self.executors:
+            await ex.shutdown()
 
 
 def make_job(req: workload.Request, predicted: float | None, opts: SimOptions,
@@ -69,29 +97,31 @@ def make_job(req: workload.Request, predicted: float | None, opts: SimOptions,
         sampling = SamplingSpec(max_tokens=req.output_tokens, temperature=0.0,
                                 ignore_eos=True, min_tokens=req.output_tokens)
     # Prompt ids only matter by their count (cost) and as the sim's token-id seed.
-    vocab = opts.config.sim.vocab_size
+    vocab = opts.sim.vocab_size
     ids = [(req.index * 7 + k) % vocab for k in range(req.prompt_tokens)]
     return Job(job_id=f"req-{req.index}", prompt_token_ids=ids, sampling=sampling,
                arrival_time=now, predicted_output_tokens=predicted,
-               true_output_tokens=req.output_tokens, outputs=_NullQueue())
+               true_output_tokens=req.output_tokens)
 
 
-async def start_scheduler(opts: SimOptions) -> tuple[Scheduler, list[Executor]]:
-    """The real core and policy on started SimExecutors (call on a VirtualClockLoop)."""
+async def start_daemon(opts: SimOptions) -> SimDaemon:
+    """The real core and policy on started SimExecutors (call on a VirtualClockLoop); the
+    core's loop and the executors' tasks run."""
     config = opts.config
     if not opts.natural:  # forced lengths: max_tokens is the truth, not a hint to trust
         config = msgspec.structs.replace(config, scheduler=msgspec.structs.replace(
             config.scheduler, trust_budget=False))
-    exs: list[Executor] = [SimExecutor(f"sim{i}", config.scheduler.max_running, config.sim)
-                           for i in range(opts.executors)]
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    exs = [SimExecutor(f"sim{i}", inbox, opts.sim) for i in range(opts.executors)]
     for ex in exs:
         await ex.start()
-    sched = Scheduler(exs, make_policy(config), config.scheduler)
-    if opts.iterative:
-        sched.remaining_predictor = iterative_predictor(
-            opts.iterative, config.policies.isrtf.window_tokens, opts.seed)
+    remaining = iterative_predictor(opts.iterative, config.policies.isrtf.window_tokens,
+                                    opts.seed) if opts.iterative else None
+    sched = build_core(config, exs, inbox, cost=CostModel.from_sim(opts.sim),
+                       remaining=remaining)
     sched.accepting = True
-    return sched, exs
+    tasks = [asyncio.create_task(ex.run(), name=f"executor:{ex.name}") for ex in exs]
+    return SimDaemon(sched, exs, tasks)
 
 
 def time_rounds(sched: Scheduler, rounds: list[tuple[int, float, float]] | None = None
@@ -111,39 +141,30 @@ def time_rounds(sched: Scheduler, rounds: list[tuple[int, float, float]] | None 
     return rounds
 
 
-async def stop(sched: Scheduler, task: asyncio.Task[None], exs: Sequence[Executor],
-               abort: bool = False) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    if abort:  # jobs still queued or running (overhead runs stop early)
-        await sched.abort_all(1.0)
-    for ex in exs:
-        await ex.shutdown()
-
-
 async def _simulate(requests: Sequence[workload.Request], preds: Sequence[float | None],
                     opts: SimOptions) -> SimRun:
     started, cpu = time.perf_counter(), time.process_time()
     each = msgspec.structs.replace(opts, executors=1) if opts.router else opts
-    daemons = [await start_scheduler(each) for _ in range(opts.executors if opts.router else 1)]
-    scheds = [sched for sched, _ in daemons]
+    daemons = [await start_daemon(each) for _ in range(opts.executors if opts.router else 1)]
+    scheds = [daemon.scheduler for daemon in daemons]
     rounds: list[tuple[int, float, float]] = []
     for sched in scheds if opts.time_rounds else []:
         time_rounds(sched, rounds)
     route = make_route(opts.router, scheds)
-    tasks = [asyncio.create_task(sched.run(), name="scheduler") for sched in scheds]
+    for daemon in daemons:
+        daemon.tasks.append(asyncio.create_task(daemon.scheduler.run(), name="core"))
     jobs: list[Job] = []
     try:
         for req, pred in zip(requests, preds, strict=True):
             await asyncio.sleep(max(req.arrival_s - scheds[0].now(), 0.0))
             jobs.append(make_job(req, pred, opts, scheds[0].now()))
-            route(jobs[-1]).submit(jobs[-1])
+            route(jobs[-1]).submit(jobs[-1], NullStream())
         if not all(await asyncio.gather(*(sched.drain(1e9) for sched in scheds))):
             raise RuntimeError("jobs left after the horizon")
     finally:
-        for (sched, exs), task in zip(daemons, tasks, strict=True):
-            await stop(sched, task, exs)
-    stats = [s for sched in scheds for s in sched.stats.values()]
+        for daemon in daemons:
+            await daemon.stop()
+    stats = [lane.stats for sched in scheds for lane in sched.lanes]
     return SimRun(results=[_result(req, job) for req, job in zip(requests, jobs, strict=True)],
                   preemptions=sum(s.preemptions for s in stats),
                   budget_yields=sum(s.budget_yields for s in stats),

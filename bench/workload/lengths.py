@@ -1,8 +1,8 @@
 """Prompts and true output lengths for a workload (see bench/workload/spec.py for the flags).
 
 ShareGPT: one answered user turn per conversation (its first), from the split the reserved-
-split rule gives (predictor/split.py); answer length counted under the serving tokenizer.
-`dev` is the hold-out of the training side (`predictor.split.is_dev`, which `predictor train`
+split rule gives (predictor/dataset.py); answer length counted under the serving tokenizer.
+`dev` is the hold-out of the training side (`predictor.dataset.is_dev`, which `predictor train`
 never trains on), `train` the whole training side (dev included: mostly in-sample), `test`
 the reserved split. Records: the predictor's JSONL ({"messages", "output_tokens"}) or
 vLLM-bench custom JSONL ({"prompt", "output_tokens"}). Trace: the trace's token counts with
@@ -91,8 +91,14 @@ def _sharegpt(split: str) -> list[Candidate]:
     """First answered turns of `split`'s conversations. For dev, prompts that are also the
     first turn of a conversation the predictor trained on (ShareGPT repeats "hello" and
     copy-pasted questions: ~10 % of dev's) are dropped, so dev is unseen text too."""
-    from predictor.sharegpt import iter_conversations, load_sharegpt_text, turns_of
-    from predictor.split import Split, is_dev, split_of
+    from predictor.dataset import (
+        Split,
+        is_dev,
+        iter_conversations,
+        load_sharegpt_text,
+        split_of,
+        turns_of,
+    )
 
     want = Split.TEST if split == "test" else Split.TRAIN
     pairs: list[Candidate] = []
@@ -119,7 +125,7 @@ def _key(messages: list[Message]) -> tuple[tuple[str, str], ...]:
 @lru_cache(maxsize=1)
 def _counter():  # type: ignore[no-untyped-def]
     # Answer lengths are counted under SmolLM2's tokenizer, which tiny-llama shares.
-    from predictor.outtok import TokenCounter
+    from predictor.dataset import TokenCounter
 
     return TokenCounter(DEFAULT_TOKENIZER)
 

@@ -1,15 +1,12 @@
-"""One request's state, from admission to its last token."""
+"""One request's state, from admission to its last token: plain data, written only by the
+core's loop (daemon.core.scheduler); everything else reads it."""
 
 from __future__ import annotations
 
-import asyncio
 import enum
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
-
-from daemon.core import stopstrings
 
 # vLLM samples greedily below this temperature (its _SAMPLING_EPS).
 _GREEDY_TEMPERATURE = 1e-5
@@ -54,20 +51,6 @@ class SamplingSpec(msgspec.Struct, frozen=True, kw_only=True):
     frequency_penalty: float = 0.0
 
 
-class TokenDelta(msgspec.Struct, frozen=True):
-    """New output since the last delta; one or more tokens."""
-
-    text: str
-    token_ids: list[int]
-
-
-class JobEnd(msgspec.Struct, frozen=True):
-    """The last item on a job's output queue."""
-
-    finish_reason: str | None  # "stop" | "length" | "abort" | None on error
-    error: str | None = None
-
-
 @dataclass(slots=True, eq=False)
 class Job:
     job_id: str
@@ -75,6 +58,9 @@ class Job:
     sampling: SamplingSpec
     arrival_time: float  # event-loop clock, seconds
     priority: int = 0  # request class, lower = more urgent (as vLLM)
+    # The conversation as the client sent it ({"role", "content"}): what the length
+    # predictor reads. Empty where there is none (tests, benchmarks).
+    messages: list[dict[str, str]] = field(default_factory=list)
     # Predicted total output tokens (set before scheduling; None = no prediction).
     predicted_output_tokens: float | None = None
     # The prediction as it stood at submit; re-predictions and demotions change only the
@@ -96,30 +82,15 @@ class Job:
     # Launched after reaching its wait bound (aging): runs to the end, never preempted.
     promoted: bool = False
     stop_request: StopRequest | None = None
-    # The core asks to hear about a running job when num_generated_tokens reaches this
-    # (re-prediction windows, demotion on outliving a prediction); None = never.
+    # The policy wants to look at a running job again when num_generated_tokens reaches
+    # this (re-prediction windows, demotion on outliving a prediction); None = never.
     checkpoint_tokens: int | None = None
-    on_checkpoint: Callable[[Job], None] | None = None
     # Policy estimates while waiting: seconds until it runs again, and where its KV waits.
     estimated_wait_s: float | None = None
     kv_residency: KVResidency | None = None
-    # Its last preemption saved its KV to kvstore (set by the executor when it asks for the
-    # save; kv_residency may change later): the next resume counts as an offloaded one.
+    # Its last preemption saved its KV to kvstore (the executor said so when it stopped;
+    # kv_residency may change later): the next resume counts as an offloaded one.
     kv_offloaded: bool = False
-    # Generated text not yet released: it may be the start of a stop string (stopstrings).
-    held_text: str = ""
-    outputs: asyncio.Queue[TokenDelta | JobEnd] = field(default_factory=asyncio.Queue)
-    # Set by the executor running the job: called whenever what the job's predicted work
-    # depends on changes (a delta in emit, a new prediction in set_prediction), to keep its
-    # running total (daemon.core.work) in step.
-    on_work_change: Callable[[Job], None] | None = None
-
-    def set_prediction(self, tokens: float | None) -> None:
-        """Replace the predicted output length (a late first estimate, a re-prediction, a
-        demotion); the executor running the job updates its total."""
-        self.predicted_output_tokens = tokens
-        if self.on_work_change is not None:
-            self.on_work_change(self)
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -184,37 +155,3 @@ class Job:
     @property
     def is_done(self) -> bool:
         return self.status >= JobStatus.FINISHED
-
-    def emit(self, text: str, token_ids: list[int], now: float) -> bool:
-        """Executors call this for every delta, in order. True: a stop string was found, the
-        job is finished ("stop") and the executor must stop generating."""
-        if not token_ids and not text:
-            return False
-        if self.first_token_time is None:
-            self.first_token_time = now
-        self.generated_token_ids.extend(token_ids)
-        if self.on_work_change is not None:
-            self.on_work_change(self)
-        spec = self.sampling
-        found = stopstrings.scan(self.held_text, text, spec.stop,
-                                 self.num_generated_tokens > spec.min_tokens)
-        self.held_text = found.held
-        self.outputs.put_nowait(TokenDelta(found.release, list(token_ids)))
-        mark = self.checkpoint_tokens
-        if mark is not None and len(self.generated_token_ids) >= mark:
-            self.checkpoint_tokens = None  # one call per mark; the listener sets the next
-            if self.on_checkpoint is not None:
-                self.on_checkpoint(self)
-        return found.stopped
-
-    def end(self, status: JobStatus, now: float, finish_reason: str | None,
-            error: str | None = None) -> None:
-        if self.is_done:
-            return
-        self.status = status
-        self.finish_time = now
-        self.finish_reason = finish_reason
-        if self.held_text:  # no stop string came: what was held back is output after all
-            self.outputs.put_nowait(TokenDelta(self.held_text, []))
-            self.held_text = ""
-        self.outputs.put_nowait(JobEnd(finish_reason, error))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, NamedTuple, Protocol
 
 import msgspec
 
@@ -46,6 +46,13 @@ class DispatchContext:
 
     def running_jobs(self) -> list[Job]:
         return [job for ex in self.executors for job in ex.running.values()]
+
+
+class Checkpoint(NamedTuple):
+    """A policy's word on a running job at its checkpoint."""
+
+    repredict: bool = False  # re-predict its remaining length (off the loop)
+    predicted_output_tokens: float | None = None  # a revised prediction (None: unchanged)
 
 
 class Policy:
@@ -163,10 +170,10 @@ class Policy:
         """num_generated_tokens at which on_checkpoint should run for this running job."""
         return None
 
-    def on_checkpoint(self, job: Job, now: float) -> bool:
-        """A running job reached its checkpoint; update its estimates. True asks the core to
-        re-predict its remaining length (off the loop, when a predictor is configured)."""
-        return False
+    def on_checkpoint(self, job: Job, now: float) -> Checkpoint:
+        """A running job reached its checkpoint: a revised prediction, and whether the core
+        should re-predict its remaining length (off the loop, with a predictor)."""
+        return Checkpoint()
 
     def after_round(self, ctx: DispatchContext) -> float | None:
         """End of a decision round: refresh derived state. Returns the loop time of the

@@ -2,8 +2,9 @@
 
 A policy asks for it at a checkpoint (ISRTF: every K tokens). The predictor is any async
 callable; the real one runs its model in a thread pool, so the loop never blocks on it. One
-batch is in flight at a time: requests that arrive meanwhile form the next batch. A failed
-or slow batch keeps the old predictions (counted in `failures`), it never fails a job.
+batch is in flight at a time: requests that arrive meanwhile form the next batch. Results go
+into the core's inbox as Predicted events (revised). A failed or slow batch keeps the old
+predictions (counted in `failures`), it never fails a job.
 """
 
 from __future__ import annotations
@@ -12,23 +13,23 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
+from daemon.core.events import Event, Predicted
 from daemon.core.job import Job
 
 log = logging.getLogger(__name__)
 
 # jobs -> predicted remaining output tokens, one per job, in order.
 RemainingPredictor = Callable[[Sequence[Job]], Awaitable[Sequence[float]]]
-ResultSink = Callable[[Job, float], None]  # job, new predicted *total* output tokens
 
 
 class Repredictor:
-    def __init__(self, on_result: ResultSink) -> None:
-        self.predict: RemainingPredictor | None = None
+    def __init__(self, inbox: asyncio.Queue[Event], predict: RemainingPredictor | None) -> None:
+        self.predict = predict
         self.timeout_s = 1.0
         self.batches = 0
         self.jobs = 0
         self.failures = 0  # batches that raised or timed out
-        self._on_result = on_result
+        self._inbox = inbox
         self._pending: dict[str, tuple[Job, int]] = {}  # job id -> (job, tokens at request)
         self._task: asyncio.Task[None] | None = None
 
@@ -65,7 +66,8 @@ class Repredictor:
             if not job.is_done:
                 self.jobs += 1
                 # Tokens generated while the predictor ran are part of `left`'s window.
-                self._on_result(job, tokens_then + max(float(left), 1.0))
+                self._inbox.put_nowait(Predicted(job.job_id, tokens_then + max(float(left), 1.0),
+                                                 revised=True))
 
     async def close(self) -> None:
         """Cancel the batch in flight (shutdown)."""

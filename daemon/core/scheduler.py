@@ -1,27 +1,48 @@
-"""The scheduler core: owns the waiting and running sets and moves jobs between them.
+"""The scheduler core: the one owner of every job.
 
-Pure asyncio. It gets its policy from the caller (built from the registry in policies/) and
-reaches engines only through the Executor interface. One task (`run`) makes every decision;
-submissions, executor stops and checkpoints only change sets and wake it. A timer wakes it
-too, when the oldest waiting job is due for promotion or the policy asked for a round, so
-aging and preemption happen even when no slot frees.
+One inbox (an asyncio.Queue of daemon.core.events) and one loop (`run`) that handles each
+event in order: a new request, a cancellation, a prediction, an executor's report (a step's
+tokens, a dispatch's stop, its engine going down or up), a reload. Only this loop changes a
+job, the waiting set (WaitQueue) and the running sets (one Lane per executor), and only it
+asks the policy. After the events at hand it runs one decision round when something changed
+(or a timer is due: aging's next promotion, a round the policy asked for): launch what fits,
+preempt what pays. Decisions leave as commands on the executors' queues.
+
+Pure asyncio: it imports no engine, HTTP, config tree or concrete policy. The wiring
+(daemon.service) hands it its lanes, policy, settings, inbox and predictor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Protocol
 
-from daemon.config import SchedulerConfig
-from daemon.core import guard
+from daemon.core import decisions
 from daemon.core.calibration import LengthCalibration
+from daemon.core.events import (
+    Cancelled,
+    EngineDown,
+    EngineFailed,
+    EngineUp,
+    Event,
+    Launch,
+    Predicted,
+    Reconfigured,
+    Started,
+    Stop,
+    Stopped,
+    Submitted,
+    Tokens,
+)
 from daemon.core.job import Job, JobStatus, KVResidency, StopRequest
-from daemon.core.policy import DispatchContext, ExecutorView, Policy
+from daemon.core.lanes import Lane
+from daemon.core.policy import DispatchContext, Policy
 from daemon.core.repredict import RemainingPredictor, Repredictor
-from daemon.core.stats import ExecutorStats
+from daemon.core.settings import SchedulerConfig
+from daemon.core.stream import OutputStream
 from daemon.core.waitqueue import WaitBound, WaitQueue
-from daemon.executors.base import Executor, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -37,36 +58,48 @@ class QueueFull(Exception):
     """Waiting set at scheduler.max_waiting: 429."""
 
 
-JobListener = Callable[[Job], None]
-DispatchListener = Callable[[Job, Executor], None]
+class LengthPredictor(Protocol):
+    """Makes a job's first length prediction off the loop; the answer comes back into the
+    inbox as a Predicted event (daemon.prediction.Predictions is one)."""
+
+    def request(self, job: Job) -> None: ...
 
 
 class Scheduler:
-    def __init__(self, executors: list[Executor], policy: Policy, config: SchedulerConfig) -> None:
-        self.executors = executors
+    def __init__(self, lanes: Sequence[Lane], policy: Policy, config: SchedulerConfig,
+                 inbox: asyncio.Queue[Event], *, predictor: LengthPredictor | None = None,
+                 remaining: RemainingPredictor | None = None,
+                 ended: asyncio.Queue[Job] | None = None) -> None:
+        """lanes: one per executor; inbox: the queue every event comes in by; predictor:
+        first predictions (None: jobs get none); remaining: re-predicts running jobs'
+        remaining length at policy checkpoints (None: off); ended: every job that ended is
+        put there once (metrics, predictor feedback), if given."""
+        self.lanes = list(lanes)
         self.policy = policy
         self.config = config
+        self.inbox = inbox
         self.waiting = WaitQueue(policy.order_key, self._wait_bound())
-        self.stats = {ex.name: ExecutorStats() for ex in executors}
-        self.on_job_end: list[JobListener] = []  # called once per job that ended
-        self.on_dispatch: list[DispatchListener] = []  # called at every launch and resume
         self.accepting = False
+        self.failed = asyncio.Event()  # every engine is down for good
+        self.typical_service_s = 0.0  # EWMA of arriving jobs' predicted service time (s)
+        self.calibration = LengthCalibration()
+        self.repredictor = Repredictor(inbox, remaining)
+        self.repredictor.timeout_s = policy.repredict_timeout_s
+        self._predictor = predictor
+        self._ended = ended
+        self._by_name = {lane.name: lane for lane in self.lanes}
         self._jobs: dict[str, Job] = {}  # every job not yet ended
-        self._wake = asyncio.Event()
+        self._streams: dict[str, OutputStream] = {}
+        self._predicting: dict[str, Job] = {}  # held until their first prediction
+        self._submitted = 0  # Submitted events in the inbox, not yet handled
+        self._dirty = False  # something changed since the last decision round
         self._idle = asyncio.Event()
         self._idle.set()
         self._loop = asyncio.get_running_loop()
-        self._by_name = {ex.name: ex for ex in executors}
         self._policy_wakeup: float | None = None
-        self.typical_service_s = 0.0  # EWMA of arriving jobs' predicted service time (s)
-        self.calibration = LengthCalibration()
         policy.trust_budget = config.trust_budget
-        self.repredictor = Repredictor(self._on_reprediction)
-        self.repredictor.timeout_s = policy.repredict_timeout_s
-        for ex in executors:
-            ex.max_running = config.max_running
-            ex.on_stop = self._on_executor_stop
-            ex.on_up = self._wake.set  # a restarted engine has free slots again
+        for lane in self.lanes:
+            lane.max_running = config.max_running
 
     def _wait_bound(self) -> WaitBound | None:
         """Seconds of total wait each job may accumulate: slowdown x the typical predicted
@@ -93,30 +126,105 @@ class Scheduler:
 
     @property
     def num_running(self) -> int:
-        return sum(len(ex.running) for ex in self.executors)
+        return sum(len(lane.running) for lane in self.lanes)
 
     @property
     def num_jobs(self) -> int:
-        return len(self._jobs)
+        """Jobs accepted and not yet ended (in the inbox, predicting, waiting, running)."""
+        return len(self._jobs) + self._submitted
 
-    @property
-    def remaining_predictor(self) -> RemainingPredictor | None:
-        """Async callable re-predicting remaining tokens at policy checkpoints (ISRTF)."""
-        return self.repredictor.predict
+    # ---- what the HTTP side calls (it only puts events in the inbox) --------------------
 
-    @remaining_predictor.setter
-    def remaining_predictor(self, predict: RemainingPredictor | None) -> None:
-        self.repredictor.predict = predict
-
-    # ---- inputs -------------------------------------------------------------------------
-
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job, stream: OutputStream) -> None:
+        """Accept a job, or refuse it at once (NotAccepting, QueueFull)."""
         if not self.accepting:
             raise NotAccepting("server is not accepting requests")
-        if len(self.waiting) >= self.config.max_waiting:
-            raise QueueFull(f"{len(self.waiting)} requests are already waiting")
-        self._jobs[job.job_id] = job
+        queued = len(self.waiting) + len(self._predicting) + self._submitted
+        if queued >= self.config.max_waiting:
+            raise QueueFull(f"{queued} requests are already waiting")
+        self._submitted += 1
         self._idle.clear()
+        self.inbox.put_nowait(Submitted(job, stream))
+
+    def cancel(self, job_id: str) -> None:
+        """The client went away: end the job wherever it is (no-op once it ended)."""
+        self.inbox.put_nowait(Cancelled(job_id))
+
+    def reconfigure(self, config: SchedulerConfig, policy: Policy) -> None:
+        """Live reload: takes effect in the loop, in order with every other event."""
+        self.inbox.put_nowait(Reconfigured(config, policy))
+
+    # ---- the loop -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            while True:
+                deadline = self._next_deadline()
+                event: Event | None = None
+                if deadline is None:
+                    event = await self.inbox.get()
+                else:
+                    try:
+                        async with asyncio.timeout(max(deadline - self.now(), _MIN_TIMER_S)):
+                            event = await self.inbox.get()
+                    except TimeoutError:
+                        self._dirty = True
+                while event is not None:
+                    self.handle(event)
+                    event = self.inbox.get_nowait() if not self.inbox.empty() else None
+                if self._dirty:
+                    self._dirty = False
+                    self.dispatch()
+        finally:
+            await self.repredictor.close()
+
+    def handle(self, event: Event) -> None:
+        """One event; the caller runs the decision round afterwards (run, or a test)."""
+        match event:
+            case Tokens():  # the most frequent: one per engine step
+                self._on_tokens(event)
+            case Stopped():
+                self._on_stopped(event)
+            case Started():
+                self._on_started(event)
+            case Submitted():
+                self._on_submitted(event)
+            case Predicted():
+                self._on_predicted(event)
+            case Cancelled():
+                self._on_cancelled(event)
+            case EngineDown():
+                self._on_engine_down(event)
+            case EngineUp():
+                self._on_engine_up(event)
+            case EngineFailed():
+                self._on_engine_failed(event)
+            case Reconfigured():
+                self._on_reconfigured(event)
+
+    def _next_deadline(self) -> float | None:
+        due = (self.waiting.promotion_due(), self._policy_wakeup)
+        return min((t for t in due if t is not None and t > self.now()), default=None)
+
+    # ---- event handlers -----------------------------------------------------------------
+
+    def _on_submitted(self, event: Submitted) -> None:
+        self._submitted -= 1
+        job = event.job
+        self._jobs[job.job_id] = job
+        self._streams[job.job_id] = event.stream
+        if self._predictor is None or job.predicted_output_tokens is not None:
+            # none to ask, or it came with one (a benchmark's, a test's): not predicted again
+            event.stream.set_prediction(job.predicted_output_tokens)
+            self._first_enqueue(job)
+            return
+        self._predictor.request(job)
+        if self.policy.uses_predictions:
+            self._predicting[job.job_id] = job  # queued when its prediction comes
+        else:  # its prediction (headers, metrics) comes while it waits or runs
+            self._first_enqueue(job)
+
+    def _first_enqueue(self, job: Job) -> None:
         if job.first_prediction is None:
             job.first_prediction = job.predicted_output_tokens
         self._observe_service(job)
@@ -130,229 +238,219 @@ class Scheduler:
         else:
             self.typical_service_s += _TYPICAL_WEIGHT * (service - self.typical_service_s)
 
-    def abort(self, job: Job) -> None:
-        """Client went away: end the job wherever it is."""
-        if job.is_done:
+    def _on_predicted(self, event: Predicted) -> None:
+        job = self._jobs.get(event.job_id)
+        if job is None or job.is_done:
             return
-        if self.waiting.remove(job):
-            self._end(job, JobStatus.ABORTED, "abort")
-            return
-        for ex in self.executors:
-            if job.job_id in ex.running:
-                ex.request_stop(job, StopRequest.ABORT)
+        if not event.revised:
+            job.predicted_output_tokens = event.total_tokens
+            self._streams[job.job_id].set_prediction(event.total_tokens)
+            if self._predicting.pop(job.job_id, None) is not None:
+                self._first_enqueue(job)
+                return
+        self._set_prediction(job, event.total_tokens)
 
-    def reconfigure(self, config: SchedulerConfig, policy: Policy) -> None:
+    def _set_prediction(self, job: Job, tokens: float) -> None:
+        """A revised prediction: the waiting set re-ranks the job, its lane re-counts it."""
+        job.predicted_output_tokens = tokens
+        self.waiting.update(job)  # no-op unless it waits
+        if job.status is JobStatus.RUNNING:
+            self._by_name[job.executor_name or ""].work.update(job)
+        self._dirty = True
+
+    def _on_cancelled(self, event: Cancelled) -> None:
+        job = self._jobs.get(event.job_id)
+        if job is None:
+            return
+        if self._predicting.pop(job.job_id, None) is not None or self.waiting.remove(job):
+            self._end(job, JobStatus.ABORTED, "abort")
+        elif job.status is JobStatus.RUNNING:
+            self._stop(job, StopRequest.ABORT)
+
+    def _on_started(self, event: Started) -> None:
+        lane = self._by_name[event.executor]
+        job = lane.running.get(event.job_id)
+        if job is None or job.num_dispatches <= 1:
+            return
+        lane.resumes.add(event.context_tokens, event.cached_tokens)
+        if job.kv_offloaded:
+            lane.offloaded_resumes.add(event.context_tokens, event.cached_tokens)
+
+    def _on_tokens(self, event: Tokens) -> None:
+        lane = self._by_name[event.executor]
+        for job_id, token_ids in event.items:
+            job = lane.running.get(job_id)
+            if job is None:
+                continue
+            if job.first_token_time is None:
+                job.first_token_time = event.time
+            job.generated_token_ids.extend(token_ids)
+            lane.work.update(job)
+            mark = job.checkpoint_tokens
+            if mark is not None and job.num_generated_tokens >= mark:
+                self._checkpoint(job)
+
+    def _on_stopped(self, event: Stopped) -> None:
+        lane = self._by_name[event.executor]
+        job = lane.release(event.job_id)
+        if job is None:
+            return
+        self._dirty = True
+        job.checkpoint_tokens = None
+        job.kv_offloaded = event.kv_offloaded
+        stats = lane.stats
+        stats.tokens_generated += job.num_generated_tokens - job.tokens_at_dispatch
+        if job.stop_request is StopRequest.ABORT:
+            stats.jobs_aborted += 1
+            self._end(job, JobStatus.ABORTED, "abort")
+        elif event.error is not None:
+            stats.jobs_failed += 1
+            self._end(job, JobStatus.FAILED, None, error=event.error)
+        elif event.finish_reason == "stop" or job.num_remaining_budget_tokens <= 0:
+            stats.jobs_finished += 1
+            self._end(job, JobStatus.FINISHED, event.finish_reason or "length")
+        elif event.finish_reason == "abort":  # the engine dropped it by itself
+            stats.jobs_failed += 1
+            self._end(job, JobStatus.FAILED, None, error="engine aborted the request")
+        else:  # preempted, out of its token budget (a slice), or its engine went down
+            if job.stop_request is StopRequest.PREEMPT:
+                job.num_preemptions += 1
+                stats.preemptions += 1
+            elif event.finish_reason == "length":
+                stats.budget_yields += 1
+            self._enqueue(job)
+
+    def _on_engine_down(self, event: EngineDown) -> None:
+        self._by_name[event.executor].down_reason = event.why
+
+    def _on_engine_up(self, event: EngineUp) -> None:
+        lane = self._by_name[event.executor]
+        log.info("executor %s is up again", lane.name)
+        lane.down_reason = None
+        self._dirty = True
+
+    def _on_engine_failed(self, event: EngineFailed) -> None:
+        lane = self._by_name[event.executor]
+        lane.down_reason, lane.failed = event.why, True
+        if all(other.failed for other in self.lanes):
+            self.fail_waiting(f"no engine is available: {event.why}; the server restarts, "
+                              "retry shortly")
+            self.failed.set()
+
+    def _on_reconfigured(self, event: Reconfigured) -> None:
         """Live reload: new limits, aging and policy; waiting jobs are re-ranked, none lost."""
-        self.config = config
-        self.policy = policy
+        config, policy = event.settings, event.policy
+        self.config, self.policy = config, policy
         policy.length_scale = self.calibration.scale if config.calibrate_lengths else 1.0
         policy.trust_budget = config.trust_budget
         self.repredictor.timeout_s = policy.repredict_timeout_s
         self.waiting.rekey(policy.order_key, self._wait_bound())
         self._policy_wakeup = None
-        for ex in self.executors:
-            ex.max_running = config.max_running
-            for job in ex.running.values():  # running jobs keep going; new checkpoints
+        for lane in self.lanes:
+            lane.max_running = config.max_running
+            for job in lane.running.values():  # running jobs keep going; new checkpoints
                 job.checkpoint_tokens = policy.next_checkpoint(job)
-        self._wake.set()
+        self._dirty = True
 
-    # ---- the decision loop --------------------------------------------------------------
-
-    async def run(self) -> None:
-        try:
-            while True:
-                deadline = self._next_deadline()
-                delay = None if deadline is None else max(deadline - self.now(), _MIN_TIMER_S)
-                try:
-                    async with asyncio.timeout(delay):
-                        await self._wake.wait()
-                except TimeoutError:
-                    pass
-                self._wake.clear()
-                self.dispatch()
-        finally:
-            await self.repredictor.close()
-
-    def _next_deadline(self) -> float | None:
-        due = (self.waiting.promotion_due(), self._policy_wakeup)
-        return min((t for t in due if t is not None and t > self.now()), default=None)
+    # ---- the decision round -------------------------------------------------------------
 
     def dispatch(self) -> None:
         """One decision round: launch what fits, preempt what pays, let the policy review."""
-        ctx = DispatchContext(self.now(), self.waiting, self.executors)
-        self._assign(ctx)
-        if self.config.aging.preempt and len(self.waiting):
-            self._preempt_for_promoted(ctx)
-        if self.policy.preemptive and len(self.waiting):
-            self._consider_preemption(ctx)
-        self._policy_wakeup = self.policy.after_round(ctx)
-
-    def _assign(self, ctx: DispatchContext) -> None:
-        for _ in range(sum(ex.free_slots for ex in self.executors)):
-            promoted = self.waiting.oldest_promoted(ctx.now)  # aging beats every policy
-            pick: tuple[Job, ExecutorView] | None
-            if promoted is not None:
-                free = ctx.free_executors()
-                pick = (promoted, self.policy.choose_executor(promoted, free)) if free else None
-            else:
-                pick = self.policy.next_assignment(ctx)
-                if pick is not None and self.config.aging.lookahead:
-                    pick = self._guard(pick, ctx)
-            if pick is None:
-                return
-            job, view = pick
-            job.promoted = job is promoted or job.promoted
-            ex = self._by_name.get(view.name)
-            if ex is None or ex.free_slots <= 0 or not self.waiting.remove(job):
+        ctx = DispatchContext(self.now(), self.waiting, self.lanes)
+        for job, view in decisions.assignments(ctx, self.policy, self.config.aging.lookahead):
+            lane = self._by_name.get(view.name)
+            if lane is None or lane.free_slots <= 0 or not self.waiting.remove(job):
                 log.error("policy %s proposed an invalid dispatch of %s to %s",
                           self.policy.name, job.job_id, view.name)
-                return
-            self._launch(job, ex)
+                break
+            self._launch(job, lane)
+        if self.config.aging.preempt and len(self.waiting):
+            for victim in decisions.for_promoted(ctx, self.policy):
+                self._preempt(victim, ctx)
+        if self.policy.preemptive and len(self.waiting):
+            for victim in decisions.by_policy(ctx, self.policy):
+                self._preempt(victim, ctx)
+        self._policy_wakeup = self.policy.after_round(ctx)
 
-    def _guard(self, pick: tuple[Job, ExecutorView], ctx: DispatchContext
-               ) -> tuple[Job, ExecutorView]:
-        """The policy's pick, unless the look-ahead guard (core/guard.py) starts the
-        earliest-deadline job instead (then protected from preemption)."""
-        slots = sum(ex.max_running for ex in self.executors)
-        head = guard.overrule(pick[0], self.waiting, self.policy.service_s,
-                              ctx.running_jobs(), slots, ctx.now)
-        if head is None:
-            return pick
-        head.promoted = True
-        return head, self.policy.choose_executor(head, ctx.free_executors())
-
-    def _launch(self, job: Job, ex: Executor) -> None:
+    def _launch(self, job: Job, lane: Lane) -> None:
         job.status = JobStatus.RUNNING
         job.waited_s += self.now() - job.enqueue_time
         job.estimated_wait_s = None
-        self.stats[ex.name].jobs_started += 1
-        job.on_checkpoint = self._on_checkpoint
+        job.executor_name = lane.name
+        job.num_dispatches += 1
+        job.tokens_at_dispatch = job.num_generated_tokens
+        job.stop_request = None
         job.checkpoint_tokens = self.policy.next_checkpoint(job)
-        budget = self.policy.token_budget(job) if job.resumes_exactly else None  # not sliced
-        ex.launch(job, budget, self.policy.engine_priority(job))
-        for listener in self.on_dispatch:
-            listener(job, ex)
-
-    def _preemptible(self, ctx: DispatchContext, limit: int | None) -> tuple[int, list[Job]]:
-        """(running jobs already being preempted, jobs that may still be): never a promoted
-        job, one at the preemption bound `limit`, nor one that cannot resume exactly."""
-        pending, eligible = 0, []
-        for job in ctx.running_jobs():
-            if job.stop_request == StopRequest.PREEMPT:
-                pending += 1
-            elif (job.stop_request is None and not job.promoted and job.resumes_exactly
-                  and (limit is None or job.num_preemptions < limit)):
-                eligible.append(job)
-        return pending, eligible
-
-    def _preempt_for_promoted(self, ctx: DispatchContext) -> None:
-        """Jobs past their wait bound that found no free slot each replace the running job
-        with the most predicted work left, if that is more than their own: the bound holds
-        even when long jobs hold every slot. Slots already being freed are counted."""
-        pending, eligible = self._preemptible(ctx, self.policy.max_preemptions)
-        if not eligible:
-            return
-        service = self.policy.service_s
-        for candidate in self.waiting.promoted(ctx.now, pending + len(eligible))[pending:]:
-            victim = max(eligible, key=service)
-            if service(victim) <= service(candidate):
-                return
-            self._preempt(victim, ctx)
-            eligible.remove(victim)
-            if not eligible:
-                return
-
-    def _consider_preemption(self, ctx: DispatchContext) -> None:
-        """Each waiting job in order may replace one running job, as long as the policy
-        says it pays; slots already being freed by earlier preemptions are counted. Jobs
-        at the policy's preemption bound, or promoted by aging, are never victims."""
-        pending, eligible = self._preemptible(ctx, self.policy.max_preemptions)
-        if not eligible:
-            return
-        for candidate in self.waiting.best(ctx.now, pending + len(eligible))[pending:]:
-            victim = self.policy.choose_victim(candidate, eligible, ctx.now)
-            if victim is None or victim not in eligible:
-                return
-            eligible.remove(victim)
-            self._preempt(victim, ctx)
-            if not eligible:
-                return
+        lane.admit(job)
+        lane.stats.jobs_started += 1
+        budget = job.num_remaining_budget_tokens
+        if job.resumes_exactly and (slice_tokens := self.policy.token_budget(job)) is not None:
+            budget = min(budget, slice_tokens)  # a job that cannot resume exactly: no slices
+        lane.commands.put_nowait(Launch(
+            job_id=job.job_id, dispatch=job.num_dispatches,
+            prompt_token_ids=job.prompt_token_ids,
+            generated_token_ids=list(job.generated_token_ids), sampling=job.sampling,
+            max_new_tokens=budget, engine_priority=self.policy.engine_priority(job),
+            stream=self._streams[job.job_id], resume_offloaded=job.kv_offloaded,
+            true_output_tokens=job.true_output_tokens))
 
     def _preempt(self, job: Job, ctx: DispatchContext) -> None:
-        """Ask the job's executor to stop it, with the policy's word on where its KV
-        waits (read by the executor at the abort)."""
+        """Stop the job at its next token boundary, with the policy's word on where its KV
+        waits (OFFLOAD: its executor saves it to kvstore first)."""
         try:
             job.kv_residency = self.policy.preempt_residency(job, ctx)
         except Exception:  # a policy bug costs a recompute, never the preemption
             log.exception("policy %s: residency of %s failed", self.policy.name, job.job_id)
             job.kv_residency = KVResidency.DROP
-        self._by_name[job.executor_name or ""].request_stop(job, StopRequest.PREEMPT)
+        self._stop(job, StopRequest.PREEMPT)
 
-    # ---- checkpoints and re-prediction --------------------------------------------------
-
-    def _on_checkpoint(self, job: Job) -> None:
-        """A running job reached its checkpoint (called from its executor's delta)."""
-        if job.status is not JobStatus.RUNNING:
+    def _stop(self, job: Job, why: StopRequest) -> None:
+        """Ask the job's executor to stop it; abort beats preempt, each is asked once."""
+        if (job.stop_request or 0) >= why:
             return
+        job.stop_request = why
+        offload = why is StopRequest.PREEMPT and job.kv_residency is KVResidency.OFFLOAD
+        self._by_name[job.executor_name or ""].commands.put_nowait(Stop(job.job_id, why, offload))
+
+    # ---- checkpoints --------------------------------------------------------------------
+
+    def _checkpoint(self, job: Job) -> None:
+        """A running job reached its checkpoint: the policy updates its estimates."""
+        job.checkpoint_tokens = None
         try:
-            repredict = self.policy.on_checkpoint(job, self.now())
+            decision = self.policy.on_checkpoint(job, self.now())
+            if decision.predicted_output_tokens is not None:
+                self._set_prediction(job, decision.predicted_output_tokens)
             mark = self.policy.next_checkpoint(job)
         except Exception:  # a policy bug must not fail the job that is streaming
             log.exception("policy %s: checkpoint of %s failed", self.policy.name, job.job_id)
             return
         job.checkpoint_tokens = mark if mark is None else max(mark, job.num_generated_tokens + 1)
-        if repredict:
+        if decision.repredict:
             self.repredictor.request(job)
-        self._wake.set()
+        self._dirty = True
 
-    def _on_reprediction(self, job: Job, predicted_total: float) -> None:
-        job.set_prediction(predicted_total)
-        self.waiting.update(job)  # no-op unless it waits
-        self._wake.set()
-
-    # ---- executor reports ---------------------------------------------------------------
-
-    def _on_executor_stop(self, job: Job, outcome: Outcome, detail: str | None) -> None:
-        job.checkpoint_tokens = None
-        stats = self.stats[job.executor_name or ""]
-        stats.tokens_generated += job.num_generated_tokens - job.tokens_at_dispatch
-        if outcome is Outcome.YIELDED:
-            if job.stop_request == StopRequest.PREEMPT:
-                job.num_preemptions += 1
-                stats.preemptions += 1
-            else:
-                stats.budget_yields += 1
-            self._enqueue(job)
-        elif outcome is Outcome.FINISHED:
-            stats.jobs_finished += 1
-            self._end(job, JobStatus.FINISHED, detail)
-        elif outcome is Outcome.ABORTED:
-            stats.jobs_aborted += 1
-            self._end(job, JobStatus.ABORTED, "abort")
-        else:
-            stats.jobs_failed += 1
-            self._end(job, JobStatus.FAILED, None, error=detail)
-        self._wake.set()
+    # ---- job state ----------------------------------------------------------------------
 
     def _enqueue(self, job: Job) -> None:
         job.status = JobStatus.WAITING
         job.enqueue_time = self.now()
         self.waiting.push(job)
-        self._wake.set()
+        self._dirty = True
 
     def _end(self, job: Job, status: JobStatus, reason: str | None,
              error: str | None = None) -> None:
-        job.end(status, self.now(), reason, error)
+        job.status = status
+        job.finish_time = self.now()
+        job.finish_reason = reason
         self._jobs.pop(job.job_id, None)
+        self._streams.pop(job.job_id).finish(reason, error)
         if self.config.calibrate_lengths:
             self.calibration.observe(job)
             self.policy.length_scale = self.calibration.scale
-        for listener in self.on_job_end:
-            try:
-                listener(job)
-            except Exception:  # metrics or the request log must not stall the core
-                log.exception("job-end listener failed for %s", job.job_id)
-        if not self._jobs:
+        if self._ended is not None:
+            self._ended.put_nowait(job)
+        if not self._jobs and not self._submitted:
             self._idle.set()
 
     # ---- shutdown -----------------------------------------------------------------------
@@ -360,8 +458,6 @@ class Scheduler:
     async def drain(self, timeout_s: float) -> bool:
         """Stop accepting; wait for every job to end. True if all ended in time."""
         self.accepting = False
-        if self._idle.is_set():
-            return True
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
             return True
@@ -371,13 +467,14 @@ class Scheduler:
     def fail_waiting(self, error: str) -> None:
         """No engine can serve any more: stop accepting, end every waiting job with error."""
         self.accepting = False
-        for job in list(self.waiting):
+        for job in [*self._predicting.values(), *self.waiting]:
+            self._predicting.pop(job.job_id, None)
             self.waiting.remove(job)
             self._end(job, JobStatus.FAILED, None, error=error)
 
     async def abort_all(self, timeout_s: float = 10.0) -> None:
-        for job in list(self._jobs.values()):
-            self.abort(job)
+        for job_id in list(self._jobs):
+            self.cancel(job_id)
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
         except TimeoutError:

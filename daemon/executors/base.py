@@ -1,39 +1,53 @@
-"""The executor interface: the only way the core reaches an engine.
+"""The executor: one long-lived task per device, the only way the core reaches an engine.
 
-An executor runs admitted jobs, streams their tokens into the job, and reports each stop
-back to the core with one callback. The subclass supplies `_generate`; this class owns the
-per-job tasks, the outcome of each run and the admission count.
+`run` takes commands from the executor's queue (Launch, Stop, Shutdown: daemon.core.events)
+and reports what happens as events into the core's inbox: a dispatch's first output
+(Started), each engine step's tokens as one Tokens event, each dispatch's end (Stopped,
+with the engine's finish reason; the core decides what it means for the job), and its
+engine's health (EngineDown, EngineUp, EngineFailed). Tokens also go straight to the job's
+output stream, so a client never waits for the core.
 
-An executor whose engine fails is marked down: it offers no free slot, and its running jobs
-are handed back as YIELDED with the tokens they already streamed, so the core re-queues
-them and they resume (as after a preemption) once an engine is up. See supervisor.py.
+A subclass supplies the engine: `start`, `_begin` (start generating one dispatch),
+`_halt` (a Stop arrived), `_drop_runs` (the engine failed), `_close_engine`, and, where an
+engine can die, `engine_problem`, `engine_failure`, `restart_engine`. Per-request work
+stays private inside it.
+
+Health (what a separate supervisor did before): between commands the task checks its
+engine every `health_check_interval_s`; an engine that is dead, raised an engine failure
+while generating, or produced no token for `stall_timeout_s` with jobs admitted is taken out
+of service. Its running jobs are reported stopped at once, with the tokens they already
+streamed, so the core re-queues them and they resume (as after a preemption) once an engine
+is up. The engine is restarted at once, then after a doubling backoff, up to
+`restart_attempts` times since it last produced a token.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import enum
+import contextlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
 
-from daemon.core.job import Job, StopRequest
-from daemon.core.work import RunningWork
+from daemon.config import EngineConfig
+from daemon.core.events import (
+    Command,
+    EngineDown,
+    EngineFailed,
+    EngineUp,
+    Event,
+    Launch,
+    Shutdown,
+    Started,
+    Stop,
+    Stopped,
+    Tokens,
+)
+from daemon.core.job import StopRequest
 
 log = logging.getLogger(__name__)
-
-
-class Outcome(enum.IntEnum):
-    FINISHED = 1  # stop condition or max_tokens reached
-    YIELDED = 2  # preempted, or its token budget for this dispatch ran out
-    ABORTED = 3
-    FAILED = 4
-
-
-OnStop = Callable[[Job, Outcome, str | None], None]  # job, outcome, finish reason or error
 
 
 class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,41 +81,222 @@ class KVStoreTotals(msgspec.Struct, kw_only=True):
             load_failed_tokens=self.load_failed_tokens + other.load_failed_tokens)
 
 
-@dataclass(slots=True)
-class ResumeStats:
-    """Resumed dispatches (after a preemption, a slice or an engine failure) whose first
-    output the engine reported, and the context tokens they had to prefill again."""
+@dataclass(slots=True, eq=False)
+class Run:
+    """One dispatch of a job on this executor, from Launch to its Stopped report."""
 
-    resumes: int = 0
-    context_tokens: int = 0  # prompt + generated tokens of those resumes
-    recomputed_tokens: int = 0  # prompt + generated tokens minus the engine's cached ones
+    launch: Launch
+    produced: int = 0  # tokens generated in this dispatch
+    stop: StopRequest | None = None  # a Stop asked for it: end at the next token boundary
+    offload: bool = False  # that Stop asked to save its KV to kvstore first
+
+    @property
+    def job_id(self) -> str:
+        return self.launch.job_id
+
+
+class _EngineFailure(msgspec.Struct, frozen=True):
+    """Posted to the executor's own queue by a generation that hit an engine failure."""
+
+    why: str
 
 
 class Executor(abc.ABC):
-    def __init__(self, name: str, max_running: int) -> None:
+    def __init__(self, name: str, inbox: asyncio.Queue[Event], engine: EngineConfig) -> None:
         self.name = name
-        self.max_running = max_running  # admission cap; the core may change it on reload
-        self.running: dict[str, Job] = {}
-        # Predicted work of the running jobs, kept in step with them (load(), placement).
-        self.work = RunningWork()
-        self.on_stop: OnStop = lambda job, outcome, detail: None
+        self.commands: asyncio.Queue[Command | _EngineFailure] = asyncio.Queue()
+        self.config = engine
+        self.down_reason: str | None = None  # why the engine is out of service; None = up
+        self.failed = False  # restarts exhausted: down for good
+        self.restarts = 0  # successful restarts, for /metrics and logs
         # The engine's own view as it last reported it; None until it did.
         self.reported_stats: EngineStats | None = None
-        self.resume_stats = ResumeStats()
-        self.offloaded_resume_stats = ResumeStats()  # those of jobs whose KV was offloaded
-        self.on_up: Callable[[], None] = lambda: None  # the engine serves again: dispatch
-        self.on_down: Callable[[], None] = lambda: None  # marked down: restart it now
-        self.down_reason: str | None = None  # why the engine is out of service; None = up
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._job_tasks: dict[str, asyncio.Task[None]] = {}  # the current run of each job
+        self._inbox = inbox
+        self._runs: dict[str, Run] = {}  # job id -> its dispatch here
+        self._step: list[tuple[str, list[int]]] = []  # tokens not yet reported
+        self._flush_pending = False
+        # Restart attempts since the engine last produced a token: an engine that restarts
+        # but never serves must not be restarted forever.
+        self._attempts = 0
+        self._progress = (0, 0)  # (launches, tokens) at the last health check
+        self._launches = 0
+        self._tokens = 0
+        self._progress_time = 0.0
 
-    @property
-    def free_slots(self) -> int:
-        if self.down_reason is not None:
-            return 0
-        return max(self.max_running - len(self.running), 0)
+    # ---- the task -----------------------------------------------------------------------
 
-    # ---- engine health (overridden by executors whose engine can die) -------------------
+    async def run(self) -> None:
+        """The executor's one task: commands in, events out, health checks in between.
+        Ends on Shutdown (or cancellation), leaving the engine to `shutdown`."""
+        loop = asyncio.get_running_loop()
+        self._progress_time = next_check = loop.time()
+        try:
+            while True:
+                command = None
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(next_check - loop.time(), 0.0)):
+                        command = await self.commands.get()
+                if isinstance(command, Shutdown):
+                    return
+                if command is not None:
+                    self._handle(command)
+                if isinstance(command, _EngineFailure) or loop.time() >= next_check:
+                    next_check = loop.time() + self.config.health_check_interval_s
+                    await self._check_health(loop.time(), command)
+        finally:
+            self._drop_runs()
+            self._runs.clear()
+
+    def _handle(self, command: Command | _EngineFailure) -> None:
+        if isinstance(command, Launch):
+            run = Run(command)
+            self._runs[run.job_id] = run
+            self._launches += 1
+            if self.down_reason is not None:  # sent before the core heard it went down
+                self._end_run(run, None)
+            else:
+                self._begin(run)
+        elif isinstance(command, Stop):
+            run_or_none = self._runs.get(command.job_id)
+            if run_or_none is not None and (run_or_none.stop or 0) < command.why:
+                run_or_none.stop, run_or_none.offload = command.why, command.offload
+                self._halt(run_or_none)
+
+    # ---- what subclasses call -----------------------------------------------------------
+
+    def _started(self, run: Run, cached_tokens: int) -> None:
+        """The dispatch's first output arrived; the engine had `cached_tokens` of its
+        context (prompt + earlier output) cached."""
+        launch = run.launch
+        self._inbox.put_nowait(Started(
+            self.name, run.job_id,
+            len(launch.prompt_token_ids) + len(launch.generated_token_ids), cached_tokens))
+
+    def _emit(self, run: Run, text: str, token_ids: list[int]) -> bool:
+        """New output of a run, in order: to its stream now, to the core with its step.
+        True: a stop string ended the job; stop generating and report "stop"."""
+        run.produced += len(token_ids)
+        self._tokens += len(token_ids)
+        if token_ids:
+            self._step.append((run.job_id, token_ids))
+            if not self._flush_pending:  # one Tokens event for everything this step gave
+                self._flush_pending = True
+                asyncio.get_running_loop().call_soon(self._flush)
+        return run.launch.stream.push(text, token_ids)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        if self._step:
+            step, self._step = self._step, []
+            self._inbox.put_nowait(Tokens(self.name, asyncio.get_running_loop().time(), step))
+
+    def _end_run(self, run: Run, finish_reason: str | None, error: str | None = None,
+                 kv_offloaded: bool = False) -> None:
+        """The dispatch ended (the engine's finish reason; None: cut early). Once per run."""
+        if self._runs.get(run.job_id) is not run:
+            return
+        del self._runs[run.job_id]
+        self._flush()  # its tokens reach the core before its end
+        self._inbox.put_nowait(Stopped(self.name, run.job_id, finish_reason, error,
+                                       kv_offloaded))
+
+    def _engine_failed(self, why: str) -> None:
+        """A generation hit an engine failure: the task takes the engine out of service."""
+        self.commands.put_nowait(_EngineFailure(why))
+
+    # ---- engine health ------------------------------------------------------------------
+
+    async def _check_health(self, now: float, command: Command | _EngineFailure | None) -> None:
+        if self.failed:
+            return
+        if self.down_reason is None:
+            why = command.why if isinstance(command, _EngineFailure) else \
+                self.engine_problem() or self._stalled(now)
+            if why is None:
+                return
+            self._go_down(why)
+        await self._recover(self.down_reason or "")
+        self._progress_time = asyncio.get_running_loop().time()
+
+    def _stalled(self, now: float) -> str | None:
+        mark = (self._launches, self._tokens)
+        if not self._runs or mark != self._progress:
+            if self._runs and mark[1] > self._progress[1]:
+                self._attempts = 0
+            self._progress, self._progress_time = mark, now
+            return None
+        idle_s = now - self._progress_time
+        limit = self.config.stall_timeout_s
+        if limit and idle_s > limit:
+            return f"no progress for {idle_s:.0f} s with {len(self._runs)} jobs admitted"
+        return None
+
+    def _go_down(self, why: str) -> None:
+        """Take the engine out of service; its running jobs go back to the core at once."""
+        log.error("executor %s is down: %s; %d running jobs go back to the queue",
+                  self.name, why, len(self._runs))
+        self.down_reason = why
+        self._inbox.put_nowait(EngineDown(self.name, why))
+        self._drop_runs()
+        for run in list(self._runs.values()):
+            self._end_run(run, None)
+
+    async def _recover(self, why: str) -> None:
+        """Restart the engine; first at once, then after a doubling backoff. Attempts count
+        until the engine serves a token again, across successive failures."""
+        attempts = self.config.restart_attempts
+        while self._attempts < attempts:
+            self._attempts += 1
+            attempt = self._attempts
+            if attempt > 1:
+                await asyncio.sleep(self.config.restart_backoff_s * 2 ** (attempt - 2))
+            log.warning("executor %s: restarting its engine (attempt %d of %d) after: %s",
+                        self.name, attempt, attempts, why)
+            try:
+                await asyncio.wait_for(self.restart_engine(), self.config.startup_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - every failure counts as one attempt
+                log.error("executor %s: restart attempt %d failed: %r", self.name, attempt,
+                          exc)
+                continue
+            self.restarts += 1
+            self.down_reason = None
+            log.info("executor %s is up again", self.name)
+            self._inbox.put_nowait(EngineUp(self.name))
+            return
+        self.failed = True
+        self.down_reason = (f"executor {self.name} could not be restarted after {attempts} "
+                            f"attempts (down because: {why})")
+        log.critical("%s", self.down_reason)
+        self._inbox.put_nowait(EngineFailed(self.name, self.down_reason))
+
+    # ---- the engine (subclasses) --------------------------------------------------------
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Load and warm the engine; return when it can serve."""
+
+    async def shutdown(self) -> None:
+        """Stop the engine (after the task ended)."""
+        self._drop_runs()
+        self._runs.clear()
+        await self._close_engine()
+
+    @abc.abstractmethod
+    async def _close_engine(self) -> None:
+        """Stop the engine's processes and tasks."""
+
+    @abc.abstractmethod
+    def _begin(self, run: Run) -> None:
+        """Start generating up to run.launch.max_new_tokens after the job's context, calling
+        _emit per output and _end_run once at the end."""
+
+    @abc.abstractmethod
+    def _halt(self, run: Run) -> None:
+        """A Stop arrived for `run` (run.stop is set): end it at its next token boundary."""
+
+    @abc.abstractmethod
+    def _drop_runs(self) -> None:
+        """Forget every run's engine work without reporting (engine down, shutdown)."""
 
     def engine_problem(self) -> str | None:
         """Why the engine cannot serve now (dead, process gone); None when it looks fine."""
@@ -115,126 +310,6 @@ class Executor(abc.ABC):
         """Replace a failed engine with a fresh, warm one; raise if that fails."""
         raise NotImplementedError(f"executor {self.name} cannot restart its engine")
 
-    def mark_down(self, why: str) -> None:
-        """Take the engine out of service; its running jobs go back to the core at once."""
-        if self.down_reason is not None:
-            return
-        log.error("executor %s is down: %s; %d running jobs go back to the queue",
-                  self.name, why, len(self.running))
-        self.down_reason = why
-        self.on_down()
-        current = asyncio.current_task()
-        for job_id, task in list(self._job_tasks.items()):
-            if task is current:
-                continue  # its own _drive reports it
-            del self._job_tasks[job_id]
-            job = self._leave(job_id)
-            task.cancel()  # no more deltas from the old run; it must not report again
-            self.on_stop(job, *self._classify_evicted(job))
-
-    def mark_up(self) -> None:
-        log.info("executor %s is up again", self.name)
-        self.down_reason = None
-        self.on_up()
-
-    @abc.abstractmethod
-    async def start(self) -> None:
-        """Load and warm the engine; return when it can serve."""
-
-    @abc.abstractmethod
-    async def shutdown(self) -> None:
-        """Stop the engine. Jobs must have been stopped before."""
-
-    @abc.abstractmethod
-    async def _generate(self, job: Job, max_new_tokens: int, engine_priority: int) -> str | None:
-        """Generate up to max_new_tokens more tokens for job, calling job.emit per delta.
-
-        Return the engine's finish reason ("stop" / "length"), or None when it stopped early
-        because job.stop_request was set (checked after every delta).
-        """
-
-    def launch(self, job: Job, token_budget: int | None, engine_priority: int) -> None:
-        """Start (or resume) job; it must fit (free_slots > 0)."""
-        assert self.free_slots > 0, "launch without a free slot"
-        job.executor_name = self.name
-        job.num_dispatches += 1
-        job.tokens_at_dispatch = job.num_generated_tokens
-        job.stop_request = None
-        self.running[job.job_id] = job
-        self.work.add(job)
-        job.on_work_change = self.work.update
-        budget = job.num_remaining_budget_tokens
-        if token_budget is not None:
-            budget = min(budget, token_budget)
-        task = asyncio.create_task(self._drive(job, budget, engine_priority),
-                                   name=f"{self.name}:{job.job_id}")
-        self._job_tasks[job.job_id] = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def request_stop(self, job: Job, why: StopRequest) -> None:
-        """Ask a running job to stop at its next token boundary; abort beats preempt."""
-        if job.job_id in self.running and (job.stop_request or 0) < why:
-            job.stop_request = why
-
-    async def _drive(self, job: Job, budget: int, engine_priority: int) -> None:
-        outcome: Outcome = Outcome.FAILED
-        detail: str | None = "internal error"
-        try:
-            reason = await self._generate(job, budget, engine_priority)
-            outcome, detail = self._classify(job, reason)
-        except asyncio.CancelledError:
-            outcome, detail = Outcome.ABORTED, "abort"
-            raise
-        except Exception as exc:  # an engine error ends this job, never the daemon
-            if (why := self.engine_failure(exc)) is not None:
-                self.mark_down(why)
-                outcome, detail = self._classify_evicted(job)
-            else:
-                log.exception("executor %s: job %s failed", self.name, job.job_id)
-                outcome, detail = Outcome.FAILED, f"engine error: {exc}"
-        finally:
-            # An evicted run (mark_down) was reported already and may have been relaunched.
-            if self._job_tasks.get(job.job_id) is asyncio.current_task():
-                del self._job_tasks[job.job_id]
-                if job.job_id in self.running:
-                    self._leave(job.job_id)
-                self.on_stop(job, outcome, detail)
-
-    def _leave(self, job_id: str) -> Job:
-        """Take a job out of the running set and out of the work total."""
-        job = self.running.pop(job_id)
-        self.work.remove(job)
-        if job.on_work_change == self.work.update:
-            job.on_work_change = None
-        return job
-
-    @staticmethod
-    def _classify(job: Job, reason: str | None) -> tuple[Outcome, str | None]:
-        if job.stop_request == StopRequest.ABORT:
-            return Outcome.ABORTED, "abort"
-        if reason == "stop" or job.num_remaining_budget_tokens <= 0:
-            return Outcome.FINISHED, reason or "length"
-        if reason == "abort":  # the engine dropped it by itself
-            return Outcome.FAILED, "engine aborted the request"
-        return Outcome.YIELDED, None
-
-    @staticmethod
-    def _classify_evicted(job: Job) -> tuple[Outcome, str | None]:
-        """A run cut by engine failure: resumable unless it was ending anyway."""
-        if job.stop_request == StopRequest.ABORT:
-            return Outcome.ABORTED, "abort"
-        if job.num_remaining_budget_tokens <= 0:
-            return Outcome.FINISHED, "length"
-        return Outcome.YIELDED, None
-
-    async def stop_all_tasks(self, timeout_s: float = 5.0) -> None:
-        """Cancel job tasks still running (shutdown), bounded in time."""
-        for task in self._tasks:
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout_s)
-
     def engine_stats(self) -> EngineStats | None:
         """What the engine last said about itself (read by /metrics at scrape time)."""
         return self.reported_stats
@@ -242,12 +317,3 @@ class Executor(abc.ABC):
     def kvstore_totals(self) -> KVStoreTotals | None:
         """The engine's kvstore counters; None where no kvstore serves this executor."""
         return None
-
-    def load(self) -> float:
-        """Predicted outstanding work, in tokens, of the jobs admitted here: the running
-        total of their predicted_remaining_tokens (daemon.core.work), O(1)."""
-        return self.work.tokens
-
-    def context_reads(self) -> float:
-        """Context tokens the admitted jobs' predicted remaining decode steps read."""
-        return self.work.context_reads

@@ -1,4 +1,4 @@
-"""SimExecutor: the executor interface on a cost model instead of an engine.
+"""SimExecutor: the executor on a cost model instead of an engine.
 
 Jobs run in batched steps like a continuous-batching engine: each step costs
 `prefill(new prompt tokens) + decode(batch size, context tokens)` seconds on the event
@@ -11,50 +11,51 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from daemon.config import SIM_KV_BLOCK_TOKENS, SimConfig
-from daemon.core.job import Job
-from daemon.executors.base import EngineStats, Executor
+from daemon.core.events import Event
+from daemon.core.job import StopRequest
+from daemon.executors.base import EngineStats, Executor, Run
+from daemon.executors.settings import SIM_KV_BLOCK_TOKENS, EngineConfig, SimConfig
 
 _NATURAL_MIN, _NATURAL_MAX = 16, 512  # output length range when the model "decides"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Seq:
-    job: Job
-    max_new_tokens: int
-    natural_len: int  # where a model would stop by itself (EOS)
+    run: Run
+    natural_len: int  # where a model would stop by itself (EOS), counted from token 0
     seed: int  # of the prompt; token ids derive from it (hashing per token is too slow)
-    num_produced: int = 0
+    context_tokens: int  # prompt + output so far
     prefilled: bool = False
-    tokens: asyncio.Queue[tuple[int, str | None]] = field(default_factory=asyncio.Queue)
 
 
-def _prompt_seed(job: Job) -> int:
-    digest = hashlib.blake2b(repr(job.prompt_token_ids).encode(), digest_size=8).digest()
+def prompt_seed(prompt_token_ids: Sequence[int]) -> int:
+    digest = hashlib.blake2b(repr(list(prompt_token_ids)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
 
 
 class SimExecutor(Executor):
-    def __init__(self, name: str, max_running: int, cost: SimConfig) -> None:
-        super().__init__(name, max_running)
+    def __init__(self, name: str, inbox: asyncio.Queue[Event], cost: SimConfig,
+                 engine: EngineConfig | None = None) -> None:
+        super().__init__(name, inbox, engine or EngineConfig())
         self.cost = cost
-        self._seqs: list[_Seq] = []
+        self._seqs: dict[str, _Seq] = {}
         self._kick = asyncio.Event()
         self._stepper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._stepper = asyncio.create_task(self._step_loop(), name=f"{self.name}:steps")
 
-    async def shutdown(self) -> None:
-        await self.stop_all_tasks()
+    async def _close_engine(self) -> None:
         if self._stepper is not None:
             self._stepper.cancel()
             await asyncio.gather(self._stepper, return_exceptions=True)
+            self._stepper = None
 
     async def restart_engine(self) -> None:
-        await self.shutdown()
+        await self._close_engine()
         self._seqs.clear()
         await self.start()
 
@@ -66,30 +67,30 @@ class SimExecutor(Executor):
         return prefill + decode
 
     @staticmethod
-    def _natural_len(job: Job, seed: int) -> int:
-        if job.true_output_tokens is not None:
-            return job.true_output_tokens
+    def _natural_len(true_output_tokens: int | None, seed: int) -> int:
+        if true_output_tokens is not None:
+            return true_output_tokens
         return _NATURAL_MIN + seed % (_NATURAL_MAX - _NATURAL_MIN)
 
-    async def _generate(self, job: Job, max_new_tokens: int, engine_priority: int) -> str | None:
+    def _begin(self, run: Run) -> None:
+        launch = run.launch
+        seed = prompt_seed(launch.prompt_token_ids)
         # ignore_eos: the "model" never stops by itself, max_tokens ends the job.
-        seed = _prompt_seed(job)
-        natural = sys.maxsize if job.sampling.ignore_eos else self._natural_len(job, seed)
-        seq = _Seq(job, max_new_tokens, max(natural, job.sampling.min_tokens, 1), seed)
-        self._seqs.append(seq)
+        natural = sys.maxsize if launch.sampling.ignore_eos else \
+            self._natural_len(launch.true_output_tokens, seed)
+        context = len(launch.prompt_token_ids) + len(launch.generated_token_ids)
+        self._seqs[run.job_id] = _Seq(run, max(natural, launch.sampling.min_tokens, 1), seed,
+                                      context)
         self._kick.set()
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                token_id, finish = await seq.tokens.get()
-                if job.emit(f" t{token_id}", [token_id], loop.time()):
-                    return "stop"  # a stop string
-                if finish is not None:
-                    return finish
-                if job.stop_request is not None:
-                    return None
-        finally:
-            self._seqs.remove(seq)
+
+    def _halt(self, run: Run) -> None:
+        if run.stop is StopRequest.ABORT:  # nothing to wait for
+            self._seqs.pop(run.job_id, None)
+            self._end_run(run, None)
+        # a preemption ends at the next step, like an engine's token boundary
+
+    def _drop_runs(self) -> None:
+        self._seqs.clear()
 
     async def _step_loop(self) -> None:
         while True:
@@ -97,33 +98,38 @@ class SimExecutor(Executor):
                 self._kick.clear()
                 await self._kick.wait()
                 continue
-            batch = list(self._seqs)
-            prefill = sum(len(s.job.prompt_token_ids) + s.job.num_generated_tokens
-                          for s in batch if not s.prefilled)
-            context = sum(len(s.job.prompt_token_ids) + s.job.num_generated_tokens for s in batch)
+            batch = list(self._seqs.values())
+            prefill = sum(s.context_tokens for s in batch if not s.prefilled)
+            context = sum(s.context_tokens for s in batch)
             await asyncio.sleep(self.step_time_s(prefill, len(batch), context))
             for seq in batch:
-                if seq in self._seqs and seq.num_produced < seq.max_new_tokens:
+                if self._seqs.get(seq.run.job_id) is seq:
                     self._advance(seq)
 
     def engine_stats(self) -> EngineStats:
         """As vLLM would report them, computed when asked: every admitted job runs in the
         batch, and each holds the KV blocks of its prompt and output so far."""
         blocks = self.cost.kv_capacity_tokens // SIM_KV_BLOCK_TOKENS
-        held = sum(-(-(len(s.job.prompt_token_ids) + s.job.num_generated_tokens)
-                     // SIM_KV_BLOCK_TOKENS) for s in self._seqs)
+        held = sum(-(-s.context_tokens // SIM_KV_BLOCK_TOKENS) for s in self._seqs.values())
         return EngineStats(num_running_reqs=len(self._seqs),
                            kv_cache_usage=min(held / blocks, 1.0),
                            block_size=SIM_KV_BLOCK_TOKENS, num_gpu_blocks=blocks)
 
     def _advance(self, seq: _Seq) -> None:
+        """One step's token for one sequence; ends its run where it ends."""
+        run = seq.run
+        if run.produced == 0:
+            self._started(run, 0)
         seq.prefilled = True
-        position = seq.job.tokens_at_dispatch + seq.num_produced
-        seq.num_produced += 1
+        position = len(run.launch.generated_token_ids) + run.produced
         token_id = (seq.seed + 7919 * position) % self.cost.vocab_size
+        seq.context_tokens += 1
         finish: str | None = None
-        if position + 1 >= seq.natural_len:
+        if self._emit(run, f" t{token_id}", [token_id]) or position + 1 >= seq.natural_len:
             finish = "stop"
-        elif seq.num_produced >= seq.max_new_tokens:
+        elif run.produced >= run.launch.max_new_tokens:
             finish = "length"
-        seq.tokens.put_nowait((token_id, finish))
+        elif run.stop is None:
+            return
+        del self._seqs[run.job_id]
+        self._end_run(run, finish)

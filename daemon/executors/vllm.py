@@ -2,10 +2,10 @@
 
 Preemption is abort + resume: the engine request is aborted at a token boundary, the job
 keeps its generated ids, and the next dispatch submits prompt + generated ids with the
-remaining budget. With prefix caching on, the resumed prefill mostly hits cached blocks.
+remaining budget. Each dispatch is one private task consuming one engine request's stream. With prefix caching on, the resumed prefill mostly hits cached blocks.
 What makes a resume exact: penalties count the carried tokens (vllm_penalties.py), stop
-strings are checked by the job over all its text (core/stopstrings.py), seeded samples are
-never preempted (Job.resumes_exactly).
+strings are checked by the job's output stream over all its text (core/stream.py), seeded
+samples are never preempted (Job.resumes_exactly).
 
 With [kvstore] enabled, the engine loads lengthwise's KV connector (kvstore/): every request
 is submitted asking the connector to consult the daemon when it ends, and a job preempted
@@ -14,8 +14,8 @@ with KV residency OFFLOAD is marked in the engine's decisions folder just before
 that cannot start or warm up with the connector runs without it (logged once).
 
 The engine runs in its own process (EngineCore). When that process dies, vLLM flags the
-client dead and every stream raises EngineDeadError: the executor is then marked down and
-its supervisor replaces the engine with a fresh one (see supervisor.py).
+client dead and every stream raises EngineDeadError: the executor then takes the engine out
+of service and replaces it with a fresh one (see base.py).
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ from typing import Any
 
 import msgspec
 
-from daemon.config import Config, cpu_cores
-from daemon.core.job import Job, KVResidency, StopRequest
+from daemon.config import Config
+from daemon.core.events import Event, Launch
+from daemon.core.job import StopRequest
 from daemon.executors import enginefork, spawn
-from daemon.executors.base import EngineStats, Executor, KVStoreTotals
+from daemon.executors.base import EngineStats, Executor, KVStoreTotals, Run
+from daemon.executors.settings import cpu_cores
 from kvstore import decisions
 
 log = logging.getLogger(__name__)
@@ -86,8 +88,9 @@ class _IdleStats:
 
 
 class VLLMExecutor(Executor):
-    def __init__(self, name: str, device: str, config: Config) -> None:
-        super().__init__(name, config.scheduler.max_running)
+    def __init__(self, name: str, device: str, config: Config,
+                 inbox: asyncio.Queue[Event]) -> None:
+        super().__init__(name, inbox, config.engine)
         self.device = device
         self._config = config
         self._engine: Any = None
@@ -99,6 +102,7 @@ class VLLMExecutor(Executor):
         self._decisions_dir: str | None = None
         self._kvstore_before = KVStoreTotals()  # totals of engines this executor replaced
         self._kvstore_now = KVStoreTotals()  # the current engine's, as last reported
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # job id -> its dispatch's task
 
     @property
     def kvstore_active(self) -> bool:
@@ -129,10 +133,7 @@ class VLLMExecutor(Executor):
         kwargs: dict[str, Any] = {
             "model": model.path,
             "served_model_name": model.name,
-            "dtype": model.dtype,
             "max_num_seqs": engine.max_num_seqs,
-            "enforce_eager": engine.enforce_eager,
-            "enable_prefix_caching": engine.enable_prefix_caching,
             # vLLM's own queue only reorders what lengthwise admitted; keep its preemption
             # victim choice in line with ours.
             "scheduling_policy": "priority",
@@ -145,8 +146,7 @@ class VLLMExecutor(Executor):
             kwargs["max_model_len"] = model.max_model_len
         if self.device.startswith("cuda"):
             kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
-        if engine.num_gpu_blocks_override:
-            kwargs["num_gpu_blocks_override"] = engine.num_gpu_blocks_override
+        kwargs.update(engine.engine_args())  # [engine] vllm_args over lengthwise's defaults
         if kvstore:
             kwargs["kv_transfer_config"] = self._kv_transfer_config()
         return AsyncEngineArgs(**kwargs)
@@ -221,8 +221,7 @@ class VLLMExecutor(Executor):
                                              f"warmup-{self.name}"):
             pass
 
-    async def shutdown(self) -> None:
-        await self.stop_all_tasks()
+    async def _close_engine(self) -> None:
         building = self._building
         if self._engine is None and building is not None and not building.done():
             # Stopped while the engine loads: stop it as soon as it exists.
@@ -279,65 +278,92 @@ class VLLMExecutor(Executor):
             return None
         return self._kvstore_before.plus(self._kvstore_now)
 
-    def _mark_offload(self, job: Job, request_id: str) -> None:
-        """Just before a preemption's abort: save the job's blocks if its policy said
-        OFFLOAD. KEEP and DROP save nothing: the engine's prefix cache holds the blocks
+    def _mark_offload(self, run: Run, request_id: str) -> bool:
+        """Just before a preemption's abort: save the job's blocks if its Stop asked for an
+        offload. Otherwise nothing is saved: the engine's prefix cache holds the blocks
         until it needs them (KEEP resumes on this executor to find them there)."""
-        if (job.stop_request == StopRequest.PREEMPT and job.kv_residency is KVResidency.OFFLOAD
-                and self.kvstore_active and self._decisions_dir is not None):
-            job.kv_offloaded = decisions.mark_offload(self._decisions_dir, request_id)
+        if (run.stop is StopRequest.PREEMPT and run.offload and self.kvstore_active
+                and self._decisions_dir is not None):
+            return decisions.mark_offload(self._decisions_dir, request_id)
+        return False
 
-    def _observe_resume(self, job: Job, context_tokens: int, out: Any, offloaded: bool) -> None:
-        """First output of a dispatch: a resumed one prefilled what was not cached."""
-        if job.num_dispatches > 1:
-            cached = int(getattr(out, "num_cached_tokens", 0) or 0)
-            for stats in ((self.resume_stats, self.offloaded_resume_stats) if offloaded
-                          else (self.resume_stats,)):
-                stats.resumes += 1
-                stats.context_tokens += context_tokens
-                stats.recomputed_tokens += max(context_tokens - cached, 0)
+    # ---- dispatches ---------------------------------------------------------------------
 
-    async def _generate(self, job: Job, max_new_tokens: int, engine_priority: int) -> str | None:
+    def _begin(self, run: Run) -> None:
+        task = asyncio.create_task(self._generate(run), name=f"{self.name}:{run.job_id}")
+        self._tasks[run.job_id] = task
+        task.add_done_callback(lambda done: self._tasks.pop(run.job_id, None)
+                               if self._tasks.get(run.job_id) is done else None)
+
+    def _halt(self, run: Run) -> None:
+        if run.stop is StopRequest.ABORT and (task := self._tasks.get(run.job_id)) is not None:
+            task.cancel()  # closing its stream aborts the request in vLLM at once
+        # a preemption ends at the next token boundary (_generate checks run.stop)
+
+    def _drop_runs(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        self._tasks.clear()
+
+    async def _generate(self, run: Run) -> None:
+        """One dispatch: stream the engine's outputs into the job's stream until the engine
+        finishes it, a stop string ends it or a Stop arrives; then report its end."""
+        launch = run.launch
+        reason: str | None = None
+        kv_offloaded = False
+        try:
+            reason, kv_offloaded = await self._stream(run)
+        except asyncio.CancelledError:  # aborted (Stop), engine down or shutdown
+            self._end_run(run, None)
+            raise
+        except Exception as exc:  # an engine error ends this job, never the daemon
+            if (why := self.engine_failure(exc)) is not None:
+                self._engine_failed(why)  # the task reports every run, this one too
+                return
+            log.exception("executor %s: job %s failed", self.name, launch.job_id)
+            self._end_run(run, None, error=f"engine error: {exc}")
+            return
+        self._end_run(run, reason, kv_offloaded=kv_offloaded)
+
+    async def _stream(self, run: Run) -> tuple[str | None, bool]:
+        """(the engine's finish reason or None when stopped early, KV offloaded)."""
         from vllm.inputs import TokensPrompt
 
-        context = job.prompt_token_ids + job.generated_token_ids
-        prompt = TokensPrompt(prompt_token_ids=context)
-        request_id = f"{job.job_id}.{job.num_dispatches}"
+        launch = run.launch
+        prompt = TokensPrompt(prompt_token_ids=launch.prompt_token_ids
+                              + launch.generated_token_ids)
+        request_id = f"{launch.job_id}.{launch.dispatch}"
         transfer = decisions.params(request_id) if self.kvstore_active else None
-        offloaded, job.kv_offloaded = job.kv_offloaded, False  # this dispatch resumes it
-        stream = self._engine.generate(prompt,
-                                       self._sampling_params(job, max_new_tokens, transfer),
-                                       request_id, priority=engine_priority)
-        loop = asyncio.get_running_loop()
+        stream = self._engine.generate(prompt, self._sampling_params(launch, transfer),
+                                       request_id, priority=launch.engine_priority)
         first = True
         async with contextlib.aclosing(stream):
             async for out in stream:
                 if first:
-                    self._observe_resume(job, len(context), out, offloaded)
+                    self._started(run, int(getattr(out, "num_cached_tokens", 0) or 0))
                     first = False
                 completion = out.outputs[0]
-                if job.emit(completion.text, list(completion.token_ids), loop.time()):
-                    return "stop"  # a stop string (the job checks them: stopstrings.py)
+                if self._emit(run, completion.text, list(completion.token_ids)):
+                    return "stop", False  # a stop string (the job's stream checks them)
                 if completion.finish_reason is not None:
-                    return str(completion.finish_reason)
-                if job.stop_request is not None:
-                    self._mark_offload(job, request_id)
+                    return str(completion.finish_reason), False
+                if run.stop is not None:
                     # Closing the generator (aclosing) aborts the request inside vLLM.
-                    return None
-        return None
+                    return None, self._mark_offload(run, request_id)
+        return None, False
 
     @staticmethod
-    def _sampling_params(job: Job, max_new_tokens: int,
+    def _sampling_params(launch: Launch,
                          kv_transfer_params: dict[str, str] | None = None) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         from daemon.executors import vllm_penalties
 
-        spec = job.sampling
+        spec, max_new_tokens = launch.sampling, launch.max_new_tokens
         # vLLM penalizes output tokens only: a resumed job's earlier tokens are prompt now,
         # so its penalties move into the logits processor, which counts them too.
-        carried = (job.generated_token_ids
+        carried = (launch.generated_token_ids
                    if spec.presence_penalty or spec.frequency_penalty else [])
         extra: dict[str, Any] = (vllm_penalties.extra_args(
             spec.presence_penalty, spec.frequency_penalty, list(carried)) if carried else {})
@@ -347,11 +373,12 @@ class VLLMExecutor(Executor):
             max_tokens=max_new_tokens,
             temperature=spec.temperature,
             top_p=spec.top_p,
-            # Stop strings are the job's (across resumes): Job.emit, stopstrings.py.
+            # Stop strings are the job's (across resumes): daemon/core/stream.py.
             seed=spec.seed,
             ignore_eos=spec.ignore_eos,
             # min_tokens counts from this dispatch; only what is still owed applies.
-            min_tokens=max(min(spec.min_tokens - job.num_generated_tokens, max_new_tokens), 0),
+            min_tokens=max(min(spec.min_tokens - len(launch.generated_token_ids),
+                               max_new_tokens), 0),
             presence_penalty=0.0 if carried else spec.presence_penalty,
             frequency_penalty=0.0 if carried else spec.frequency_penalty,
             extra_args=extra or None,

@@ -19,7 +19,6 @@ from starlette.routing import Route
 from daemon.http import openapi
 from daemon.http.conncap import ConnectionCap
 from daemon.http.errors import ApiError
-from daemon.http.metrics import Metrics
 from daemon.http.routermetrics import RouterCollector
 from daemon.http.routes import Routes
 from daemon.service import Service
@@ -29,7 +28,7 @@ log = logging.getLogger(__name__)
 
 def build_app(service: Service) -> Starlette:
     routes = Routes(service)
-    metrics = Metrics(service.scheduler, service.predictions, service.supervisors)
+    metrics = service.metrics
     metrics.registry.register(RouterCollector(service))
 
     def count_error(exc: ApiError) -> None:
@@ -56,6 +55,7 @@ def build_app(service: Service) -> Starlette:
 
     async def render_metrics(request: Request) -> Response:
         routes.authorize_monitoring(request)
+        service.observe_ended()
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager

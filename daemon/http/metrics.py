@@ -1,10 +1,12 @@
-"""Prometheus metrics: live state read at scrape time, latencies observed as jobs end."""
+"""Prometheus metrics: live state read at scrape time (collectors), latencies observed as
+jobs end (Metrics.observe_job, fed by the daemon's wiring from the core's ended-jobs queue)."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -12,7 +14,7 @@ from prometheus_client.registry import Collector
 
 from daemon.core.job import Job, JobStatus
 from daemon.core.scheduler import Scheduler
-from daemon.executors.supervisor import Supervisor
+from daemon.executors.base import Executor
 from daemon.prediction import Predictions
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -20,12 +22,33 @@ _RATIO_BUCKETS = (-4, -3, -2, -1, -0.5, -0.25, 0, 0.25, 0.5, 1, 2, 3, 4)
 LOOP_PROBE_S = 0.1  # period of the event-loop lag probe
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1)
 _LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+_RECENT_JOBS = 256  # finished jobs whose sizes define "median size" and the decode rate
+
+
+class RecentJobs:
+    """Sizes and decode speed of recently finished jobs (router metrics' estimates)."""
+
+    def __init__(self) -> None:
+        self.prompt_tokens: collections.deque[int] = collections.deque(maxlen=_RECENT_JOBS)
+        self.output_tokens: collections.deque[int] = collections.deque(maxlen=_RECENT_JOBS)
+        self.tpot_s: collections.deque[float] = collections.deque(maxlen=_RECENT_JOBS)
+
+    def observe(self, job: Job) -> None:
+        if job.status != JobStatus.FINISHED or job.first_token_time is None:
+            return
+        self.prompt_tokens.append(job.num_prompt_tokens)
+        self.output_tokens.append(job.num_generated_tokens)
+        if job.num_generated_tokens > 1 and job.finish_time is not None:
+            decode_s = job.finish_time - job.first_token_time
+            self.tpot_s.append(decode_s / (job.num_generated_tokens - 1))
 
 
 class _SchedulerCollector(Collector):
-    def __init__(self, scheduler: Scheduler, predictions: Predictions) -> None:
+    def __init__(self, scheduler: Scheduler, predictions: Predictions,
+                 executors: Sequence[Executor]) -> None:
         self._scheduler = scheduler
         self._predictions = predictions
+        self._executors = executors
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         sched = self._scheduler
@@ -39,9 +62,9 @@ class _SchedulerCollector(Collector):
                                     labels=["executor"])
         limit = GaugeMetricFamily("lengthwise_max_running", "Admission cap per executor "
                                   "(scheduler.max_running)", labels=["executor"])
-        for ex in sched.executors:
-            running.add_metric([ex.name], len(ex.running))
-            limit.add_metric([ex.name], ex.max_running)
+        for lane in sched.lanes:
+            running.add_metric([lane.name], len(lane.running))
+            limit.add_metric([lane.name], lane.max_running)
         yield running
         yield limit
         counters = {
@@ -53,10 +76,10 @@ class _SchedulerCollector(Collector):
         }
         for field, doc in counters.items():
             family = CounterMetricFamily(f"lengthwise_{field}", doc, labels=["executor"])
-            for name, stats in sched.stats.items():
-                family.add_metric([name], getattr(stats, field))
+            for lane in sched.lanes:
+                family.add_metric([lane.name], getattr(lane.stats, field))
             yield family
-        yield from _kv_families(sched)
+        yield from _kv_families(sched, self._executors)
         pstats = self._predictions.stats
         yield CounterMetricFamily("lengthwise_predictions", "Output-length predictions made",
                                   value=pstats.predictions)
@@ -77,7 +100,8 @@ class _SchedulerCollector(Collector):
                                   "failed or timed out (old estimates kept)", value=rep.failures)
 
 
-def _kv_families(sched: Scheduler) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+def _kv_families(sched: Scheduler, executors: Sequence[Executor]
+                 ) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     """Resumes and kvstore, per executor. Recomputed tokens count what a resumed job's
     engine prefilled again: its context minus the engine's cached tokens, plus kvstore
     loads that failed (vLLM counts those as cached although it computes them again).
@@ -106,10 +130,10 @@ def _kv_families(sched: Scheduler) -> Iterator[GaugeMetricFamily | CounterMetric
                                        "evicted from kvstore to stay within its budget",
                                        labels=["executor"]),
     }
-    for ex in sched.executors:
+    for lane, ex in zip(sched.lanes, executors, strict=True):
         totals = ex.kvstore_totals()
         failed = 0 if totals is None else totals.load_failed_tokens
-        every, offloaded = ex.resume_stats, ex.offloaded_resume_stats
+        every, offloaded = lane.resumes, lane.offloaded_resumes
         # Only offloaded jobs' resumes load from kvstore, so its failed loads are theirs.
         for kv, count, tokens, again in (
                 ("offloaded", offloaded.resumes, offloaded.context_tokens,
@@ -133,27 +157,28 @@ def _kv_families(sched: Scheduler) -> Iterator[GaugeMetricFamily | CounterMetric
 
 
 class _EngineCollector(Collector):
-    def __init__(self, supervisors: list[Supervisor]) -> None:
-        self._supervisors = supervisors
+    def __init__(self, executors: Sequence[Executor]) -> None:
+        self._executors = executors
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         up = GaugeMetricFamily("lengthwise_engine_up", "1 while the executor's engine serves, "
                                "0 while it is down or restarting", labels=["executor"])
         restarts = CounterMetricFamily("lengthwise_engine_restarts", "Engines replaced after "
                                        "they died or hung", labels=["executor"])
-        for sup in self._supervisors:
-            up.add_metric([sup.executor.name], float(sup.executor.down_reason is None))
-            restarts.add_metric([sup.executor.name], sup.restarts)
+        for ex in self._executors:
+            up.add_metric([ex.name], float(ex.down_reason is None))
+            restarts.add_metric([ex.name], ex.restarts)
         yield up
         yield restarts
 
 
 class Metrics:
-    def __init__(self, scheduler: Scheduler, predictions: Predictions,
-                 supervisors: list[Supervisor] | None = None) -> None:
+    """The registry, the histograms jobs and predictor calls are observed into, and the
+    recent-jobs window. `watch` adds the collectors that read live state at scrape time."""
+
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(_SchedulerCollector(scheduler, predictions))
-        self.registry.register(_EngineCollector(supervisors or []))
+        self.recent = RecentJobs()
         self.ttft = Histogram("lengthwise_ttft_seconds", "Arrival to first token",
                               ["executor"], buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.tpot = Histogram("lengthwise_tpot_seconds", "Mean time per output token after the "
@@ -175,15 +200,24 @@ class Metrics:
                                   f"{LOOP_PROBE_S:g} s timer fires on the daemon's event loop: "
                                   "a blocked loop delays every stream", buckets=_LAG_BUCKETS,
                                   registry=self.registry)
-        scheduler.on_job_end.append(self.observe_job)
         self.repredict_s = Histogram("lengthwise_repredict_batch_seconds", "Time of one "
                                      "re-prediction batch (detokenize + iterative model)",
                                      buckets=_TPOT_BUCKETS, registry=self.registry)
-        predictions.on_batch.append(lambda size, seconds: self.prediction_s.observe(seconds))
-        predictions.on_remaining_batch.append(
-            lambda size, seconds: self.repredict_s.observe(seconds))
+
+    def watch(self, scheduler: Scheduler, predictions: Predictions,
+              executors: Sequence[Executor]) -> None:
+        self.registry.register(_SchedulerCollector(scheduler, predictions, executors))
+        self.registry.register(_EngineCollector(executors))
+
+    def observe_prediction_batch(self, seconds: float) -> None:
+        self.prediction_s.observe(seconds)
+
+    def observe_repredict_batch(self, seconds: float) -> None:
+        self.repredict_s.observe(seconds)
 
     def observe_job(self, job: Job) -> None:
+        """A job ended (once per job)."""
+        self.recent.observe(job)
         if job.status != JobStatus.FINISHED or job.first_token_time is None:
             return
         executor = job.executor_name or ""

@@ -13,7 +13,6 @@ first for the same reason.
 
 from __future__ import annotations
 
-import collections
 import logging
 import statistics
 from collections.abc import Iterator
@@ -21,31 +20,12 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from daemon.core.job import Job, JobStatus, SamplingSpec
+from daemon.core.job import Job, SamplingSpec
 from daemon.executors.base import EngineStats
 from daemon.service import Service
 
 log = logging.getLogger(__name__)
-_RECENT_JOBS = 256  # finished jobs whose sizes define "median size" and the decode rate
 _LABELS = ["model_name", "engine"]
-
-
-class RecentJobs:
-    """Sizes and decode speed of recently finished jobs (fed by Scheduler.on_job_end)."""
-
-    def __init__(self) -> None:
-        self.prompt_tokens: collections.deque[int] = collections.deque(maxlen=_RECENT_JOBS)
-        self.output_tokens: collections.deque[int] = collections.deque(maxlen=_RECENT_JOBS)
-        self.tpot_s: collections.deque[float] = collections.deque(maxlen=_RECENT_JOBS)
-
-    def observe(self, job: Job) -> None:
-        if job.status != JobStatus.FINISHED or job.first_token_time is None:
-            return
-        self.prompt_tokens.append(job.num_prompt_tokens)
-        self.output_tokens.append(job.num_generated_tokens)
-        if job.num_generated_tokens > 1 and job.finish_time is not None:
-            decode_s = job.finish_time - job.first_token_time
-            self.tpot_s.append(decode_s / (job.num_generated_tokens - 1))
 
 
 class RouterCollector(Collector):
@@ -53,8 +33,7 @@ class RouterCollector(Collector):
         self._service = service  # its config is swapped on reload: read it at scrape time
         self._scheduler = service.scheduler
         self._predictions = service.predictions
-        self.recent = RecentJobs()
-        service.scheduler.on_job_end.append(self.recent.observe)
+        self.recent = service.metrics.recent
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield from self._vllm_families()
@@ -67,21 +46,22 @@ class RouterCollector(Collector):
     # ---- vLLM's names -------------------------------------------------------------------
 
     def _engine_stats(self) -> list[EngineStats]:
-        return [ex.engine_stats() or EngineStats() for ex in self._scheduler.executors]
+        return [ex.engine_stats() or EngineStats() for ex in self._service.executors]
 
     def _vllm_families(self) -> Iterator[GaugeMetricFamily]:
         sched, stats = self._scheduler, self._engine_stats()
         labels = [self._service.config.model.name, "all"]
-        in_engine = sum(s.num_waiting_reqs for s in stats)
-        admitted = sched.num_running
+        # Admitted by the core but not (yet) in an engine's running batch: queued inside
+        # the engine, or on their way to it.
+        in_batch = min(sum(s.num_running_reqs for s in stats), sched.num_running)
         waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting: in "
-                                    "lengthwise's queue plus any queued inside the engines",
-                                    labels=_LABELS)
-        waiting.add_metric(labels, len(sched.waiting) + in_engine)
+                                    "lengthwise's queue plus admitted ones not yet in an "
+                                    "engine's running batch", labels=_LABELS)
+        waiting.add_metric(labels, len(sched.waiting) + sched.num_running - in_batch)
         running = GaugeMetricFamily("vllm:num_requests_running", "Requests in the engines' "
-                                    "running batches (admitted, less those queued inside an "
-                                    "engine)", labels=_LABELS)
-        running.add_metric(labels, max(admitted - in_engine, 0))
+                                    "running batches, as the engines last reported them",
+                                    labels=_LABELS)
+        running.add_metric(labels, in_batch)
         blocks = sum(s.num_gpu_blocks for s in stats)
         used = sum(s.kv_cache_usage * s.num_gpu_blocks for s in stats)
         kv = GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV-cache usage of all engines "
@@ -97,7 +77,7 @@ class RouterCollector(Collector):
             yield info
         per_executor = GaugeMetricFamily("lengthwise_kv_cache_usage_perc", "KV-cache usage "
                                          "one engine reported, 0-1", labels=["executor"])
-        for ex, stat in zip(sched.executors, stats, strict=True):
+        for ex, stat in zip(sched.lanes, stats, strict=True):
             per_executor.add_metric([ex.name], stat.kv_cache_usage)
         yield per_executor
 
@@ -119,7 +99,7 @@ class RouterCollector(Collector):
         sched = self._scheduler
         per_executor = [(ex.name, sum(self.expected_remaining(job)
                                       for job in ex.running.values()))
-                        for ex in sched.executors]
+                        for ex in sched.lanes]
         queued = sum(self.expected_remaining(job) for job in sched.waiting)
         family.add_metric(["total"], queued + sum(tokens for _, tokens in per_executor))
         family.add_metric(["waiting"], queued)
@@ -137,12 +117,12 @@ class RouterCollector(Collector):
                 float(statistics.median(recent.output_tokens)))
 
     def seconds_per_token(self) -> float:
-        """Per-job decode time per token: median of recent jobs, else the [sim] cost model
-        at a full batch (the coefficients `lengthwise profile` fits)."""
+        """Per-job decode time per token: median of recent jobs, else the policies' cost
+        model (`[costmodel] profile` or the generic one) at a full batch."""
         if self.recent.tpot_s:
             return statistics.median(self.recent.tpot_s)
-        config = self._service.config
-        return config.sim.decode_base_s + config.sim.decode_per_seq_s * config.scheduler.max_running
+        cost = self._service.scheduler.policy.cost
+        return cost.decode_base_s + cost.decode_per_seq_s * self._service.config.scheduler.max_running
 
     def estimated_wait_s(self) -> float:
         """Fluid estimate: a new median-size job starts once the work ahead of it (running
@@ -151,10 +131,10 @@ class RouterCollector(Collector):
         a slot is free for it."""
         sched = self._scheduler
         ahead = self._jobs_ahead()
-        slots = sum(ex.max_running for ex in sched.executors)
+        slots = sum(ex.max_running for ex in sched.lanes)
         if sched.num_running + len(ahead) < slots:
             return 0.0
-        work = sum(self.expected_remaining(job) for ex in sched.executors
+        work = sum(self.expected_remaining(job) for ex in sched.lanes
                    for job in ex.running.values())
         work += sum(self.expected_remaining(job) for job in ahead)
         return work * self.seconds_per_token() / max(slots, 1)

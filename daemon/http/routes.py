@@ -1,4 +1,8 @@
-"""Route handlers: translate HTTP <-> Job, nothing else."""
+"""Route handlers: translate HTTP <-> a job for the core and its output stream, nothing else.
+
+A request is read and checked here, tokenized, and handed to the core (Service.submit puts a
+Submitted event in its inbox, or refuses at once: 429/503). The response then reads the job's
+output stream; a client that leaves cancels the job (a Cancelled event)."""
 
 from __future__ import annotations
 
@@ -11,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from daemon.apikeys import ApiKey
-from daemon.core.job import Job, JobEnd, TokenDelta
 from daemon.core.scheduler import NotAccepting, QueueFull
+from daemon.core.stream import JobEnd, OutputStream, TokenDelta
 from daemon.http import translate
 from daemon.http.auth import authorize
 from daemon.http.errors import ApiError
@@ -53,17 +57,30 @@ def _error_event(message: str) -> bytes:
     return _sse(ErrorBody(ErrorInfo(message, "server_error")))
 
 
-def _usage(job: Job) -> Usage:
-    return Usage(job.num_prompt_tokens, job.num_generated_tokens,
-                 job.num_prompt_tokens + job.num_generated_tokens)
+class _Answer:
+    """One admitted request as the response sees it: its id, prompt size and output."""
 
+    __slots__ = ("headers", "job_id", "num_prompt_tokens", "stream")
 
-async def _outputs(job: Job) -> AsyncIterator[TokenDelta | JobEnd]:
-    while True:
-        item = await job.outputs.get()
-        yield item
-        if isinstance(item, JobEnd):
-            return
+    def __init__(self, job_id: str, num_prompt_tokens: int, stream: OutputStream,
+                 predicted: float | None) -> None:
+        self.job_id = job_id
+        self.num_prompt_tokens = num_prompt_tokens
+        self.stream = stream
+        self.headers = {"x-request-id": job_id}
+        if predicted is not None:
+            self.headers["x-lengthwise-predicted-tokens"] = f"{predicted:.0f}"
+
+    def usage(self) -> Usage:
+        out = self.stream.num_tokens
+        return Usage(self.num_prompt_tokens, out, self.num_prompt_tokens + out)
+
+    async def outputs(self) -> AsyncIterator[TokenDelta | JobEnd]:
+        while True:
+            item = await self.stream.next()
+            yield item
+            if isinstance(item, JobEnd):
+                return
 
 
 class Routes:
@@ -101,7 +118,8 @@ class Routes:
                            "permission_error", "priority")
 
     async def _admit(self, req: SamplingFields, prompt: list[int], requested_max: int | None,
-                     prefix: str, messages: list[dict[str, str]], key: ApiKey | None) -> Job:
+                     prefix: str, messages: list[dict[str, str]], key: ApiKey | None
+                     ) -> _Answer:
         svc = self.service
         if not svc.ready:
             raise ApiError(503, "the server is starting; retry shortly", "server_error",
@@ -109,38 +127,33 @@ class Routes:
         sampling = translate.sampling_spec(req, requested_max, len(prompt), svc.max_model_len,
                                            svc.config.limits)
         self._check_priority(req.priority, key)
-        job = svc.new_job(prompt, sampling, req.priority, prefix)
-        predict_first = svc.scheduler.policy.uses_predictions
-        submitted = False
         try:
-            if predict_first:
-                job.set_prediction(await svc.predictions.predict(job, messages))
-            svc.scheduler.submit(job)
-            submitted = True
+            job = svc.new_job(prompt, sampling, req.priority, prefix, messages)
+            stream = svc.submit(job)
         except NotAccepting as exc:
             raise ApiError(503, f"{exc}", "server_error",
                            retry_after_s=svc.retry_after_s()) from None
         except QueueFull as exc:
             raise ApiError(429, f"server overloaded: {exc}; retry later", "rate_limit_error",
                            retry_after_s=svc.retry_after_s()) from None
-        finally:
-            if not submitted:  # refused, or the client left during prediction: never ends
-                svc.predictions.forget(job)
-        if not predict_first:  # the job already waits or runs meanwhile
-            job.set_prediction(await svc.predictions.predict(job, messages))
-        return job
+        try:  # the headers carry the prediction, which the core asks for at once
+            predicted = await stream.prediction()
+        except BaseException:  # the client left meanwhile
+            svc.scheduler.cancel(job.job_id)
+            raise
+        return _Answer(job.job_id, job.num_prompt_tokens, stream, predicted)
 
-    async def _abort_on_disconnect(self, request: Request, job: Job) -> None:
+    async def _abort_on_disconnect(self, request: Request, answer: _Answer) -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
-        self.service.scheduler.abort(job)
+        self.service.scheduler.cancel(answer.job_id)
 
-    async def _collect(self, request: Request, job: Job) -> tuple[str, JobEnd]:
+    async def _collect(self, request: Request, answer: _Answer) -> tuple[str, JobEnd]:
         """Whole answer for a non-streaming request; a client that leaves aborts the job."""
-        watcher = asyncio.create_task(self._abort_on_disconnect(request, job))
+        watcher = asyncio.create_task(self._abort_on_disconnect(request, answer))
         pieces: list[str] = []
         try:
-            async for item in _outputs(job):
+            async for item in answer.outputs():
                 if isinstance(item, JobEnd):
                     if item.error is not None and self.service.failed.is_set():
                         raise ApiError(503, item.error, "server_error",
@@ -151,14 +164,9 @@ class Routes:
                 pieces.append(item.text)
         finally:
             watcher.cancel()
-            self.service.scheduler.abort(job)
+            if not answer.stream.ended:
+                self.service.scheduler.cancel(answer.job_id)
         raise AssertionError("output stream ended without JobEnd")
-
-    def _headers(self, job: Job) -> dict[str, str]:
-        headers = {"x-request-id": job.job_id}
-        if job.predicted_output_tokens is not None:
-            headers["x-lengthwise-predicted-tokens"] = f"{job.predicted_output_tokens:.0f}"
-        return headers
 
     # ---- endpoints ----------------------------------------------------------------------
 
@@ -174,22 +182,23 @@ class Routes:
             raise translate.bad_request(str(exc), "messages") from None
         requested = req.max_completion_tokens if req.max_completion_tokens is not None \
             else req.max_tokens
-        job = await self._admit(req, prompt, requested, "chatcmpl", messages, key)
+        answer = await self._admit(req, prompt, requested, "chatcmpl", messages, key)
         if req.stream:
-            return StreamingResponse(self._chat_stream(job, req), media_type="text/event-stream",
-                                     headers={**_SSE_HEADERS, **self._headers(job)})
-        text, end = await self._collect(request, job)
-        body = ChatCompletion(id=job.job_id, created=int(time.time()), model=req.model,
+            return StreamingResponse(self._chat_stream(answer, req),
+                                     media_type="text/event-stream",
+                                     headers={**_SSE_HEADERS, **answer.headers})
+        text, end = await self._collect(request, answer)
+        body = ChatCompletion(id=answer.job_id, created=int(time.time()), model=req.model,
                               choices=[ChatChoice(0, ChatMessageOut("assistant", text),
                                                   end.finish_reason)],
-                              usage=_usage(job))
-        return _json(body, headers=self._headers(job))
+                              usage=answer.usage())
+        return _json(body, headers=answer.headers)
 
-    def _chat_stream(self, job: Job, req: ChatCompletionRequest) -> AsyncIterator[bytes]:
+    def _chat_stream(self, answer: _Answer, req: ChatCompletionRequest) -> AsyncIterator[bytes]:
         created = int(time.time())
 
         def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> bytes:
-            return _sse(ChatCompletionChunk(job.job_id, created, req.model, choices, usage))
+            return _sse(ChatCompletionChunk(answer.job_id, created, req.model, choices, usage))
 
         def render(item: TokenDelta | JobEnd, first: bool) -> bytes:
             # The role chunk goes with the first output, as vLLM does: clients time TTFT
@@ -203,7 +212,7 @@ class Routes:
                 return head + _error_event(item.error)
             return head + chunk([ChatChunkChoice(0, Delta(), item.finish_reason)])
 
-        return self._stream(job, req, render, lambda: chunk([], _usage(job)))
+        return self._stream(answer, req, render, lambda: chunk([], answer.usage()))
 
     async def completions(self, request: Request) -> Response:
         key = authorize(self.service.keys, request, "api")
@@ -217,22 +226,23 @@ class Routes:
         else:
             translate.check_vocab(prompt, tokenizer.vocab_size)
             text = await asyncio.to_thread(tokenizer.decode, prompt)
-        job = await self._admit(req, prompt, req.max_tokens, "cmpl",
-                                [{"role": "user", "content": text}], key)
+        answer = await self._admit(req, prompt, req.max_tokens, "cmpl",
+                                   [{"role": "user", "content": text}], key)
         if req.stream:
-            return StreamingResponse(self._completion_stream(job, req),
+            return StreamingResponse(self._completion_stream(answer, req),
                                      media_type="text/event-stream",
-                                     headers={**_SSE_HEADERS, **self._headers(job)})
-        text, end = await self._collect(request, job)
-        body = Completion(job.job_id, int(time.time()), req.model,
-                          [CompletionChoice(0, text, end.finish_reason)], _usage(job))
-        return _json(body, headers=self._headers(job))
+                                     headers={**_SSE_HEADERS, **answer.headers})
+        text, end = await self._collect(request, answer)
+        body = Completion(answer.job_id, int(time.time()), req.model,
+                          [CompletionChoice(0, text, end.finish_reason)], answer.usage())
+        return _json(body, headers=answer.headers)
 
-    def _completion_stream(self, job: Job, req: CompletionRequest) -> AsyncIterator[bytes]:
+    def _completion_stream(self, answer: _Answer, req: CompletionRequest
+                           ) -> AsyncIterator[bytes]:
         created = int(time.time())
 
         def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> bytes:
-            return _sse(Completion(job.job_id, created, req.model, choices, usage))
+            return _sse(Completion(answer.job_id, created, req.model, choices, usage))
 
         def render(item: TokenDelta | JobEnd, first: bool) -> bytes:
             if isinstance(item, TokenDelta):
@@ -241,16 +251,16 @@ class Routes:
                 return _error_event(item.error)
             return chunk([CompletionChoice(0, "", item.finish_reason)])
 
-        return self._stream(job, req, render, lambda: chunk([], _usage(job)))
+        return self._stream(answer, req, render, lambda: chunk([], answer.usage()))
 
-    async def _stream(self, job: Job, req: SamplingFields,
+    async def _stream(self, answer: _Answer, req: SamplingFields,
                       render: Callable[[TokenDelta | JobEnd, bool], bytes],
                       usage: Callable[[], bytes]) -> AsyncIterator[bytes]:
         """SSE for one job, either endpoint: every output as `render` shapes it, the usage
         chunk when asked for, then [DONE]."""
         try:
             first = True
-            async for item in _outputs(job):
+            async for item in answer.outputs():
                 if data := render(item, first):
                     yield data
                 first = False
@@ -258,7 +268,8 @@ class Routes:
                 yield usage()
             yield b"data: [DONE]\n\n"
         finally:
-            self.service.scheduler.abort(job)  # no-op when it ended; client gone otherwise
+            if not answer.stream.ended:  # the client went away
+                self.service.scheduler.cancel(answer.job_id)
 
     async def models(self, request: Request) -> Response:
         authorize(self.service.keys, request, "api")

@@ -27,7 +27,8 @@ def test_order_rotates_per_repetition() -> None:
         ["vllm", "offload", "drop"], ["offload", "drop", "vllm"]]
 
 
-def test_all_systems_get_the_same_engine_settings(tmp_path: Path) -> None:
+def test_all_systems_get_the_same_engine_settings(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     args = build_parser().parse_args(["--blocks", "17", "--max-running", "3"])
     commands = {}
     for name in ("offload", "drop", "vllm"):
@@ -36,6 +37,8 @@ def test_all_systems_get_the_same_engine_settings(tmp_path: Path) -> None:
         env = environment(system(args, name)[1])
         assert env["VLLM_CPU_OMP_THREADS_BIND"] == args.cpu_bind != ""
         assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+        assert env[config.BENCH_KNOBS_ENV] == "1"  # alise's tuning, trust_budget
+    monkeypatch.setenv(config.BENCH_KNOBS_ENV, "1")  # as the daemon started by the bench
     cmd = commands["vllm"]
     assert cmd[cmd.index("--num-gpu-blocks-override") + 1] == "17"
     assert cmd[cmd.index("--max-num-seqs") + 1] == "3"
@@ -43,9 +46,10 @@ def test_all_systems_get_the_same_engine_settings(tmp_path: Path) -> None:
     assert "--enable-prefix-caching" in cmd
     for name in ("offload", "drop"):
         daemon = config.load(commands[name][-1])  # `lengthwise serve --config PATH`
-        assert daemon.engine.num_gpu_blocks_override == 17
+        vllm_args = daemon.engine.engine_args()
+        assert vllm_args["num_gpu_blocks_override"] == 17
         assert daemon.engine.max_num_seqs == daemon.scheduler.max_running == 3
-        assert daemon.engine.enable_prefix_caching and daemon.model.dtype == "float32"
+        assert vllm_args["enable_prefix_caching"] and vllm_args["dtype"] == "float32"
         assert daemon.engine.cpu_kv_cache_gib == 1 and daemon.kvstore.enabled
         assert daemon.scheduler.policy == "alise"
         alise = daemon.policies.alise  # type: ignore[attr-defined]  # built from the registry

@@ -17,7 +17,8 @@ def _ended(i: int, predicted: float, generated: int, reason: str,
                                    max_tokens=generated if reason == "length" else 4096,
                                    ignore_eos=ignore_eos))
     job.generated_token_ids = [1] * generated
-    job.end(JobStatus.ABORTED if reason == "abort" else JobStatus.FINISHED, 1.0, reason)
+    job.status = JobStatus.ABORTED if reason == "abort" else JobStatus.FINISHED
+    job.finish_time, job.finish_reason = 1.0, reason
     return job
 
 

@@ -9,6 +9,11 @@ from tests.policies import harness
 from tests.policies.harness import Spec
 
 
+def _end(job: Job, status: JobStatus, reason: str | None) -> None:
+    """As the core ends a job."""
+    job.status, job.finish_time, job.finish_reason = status, 1.0, reason
+
+
 def _job(generated: int, max_tokens: int, ignore_eos: bool) -> Job:
     job = Job("j", [1, 2, 3], SamplingSpec(max_tokens=max_tokens, ignore_eos=ignore_eos), 0.0)
     job.generated_token_ids = [7] * generated
@@ -29,14 +34,14 @@ def test_truth_is_known_only_for_natural_stops_and_forced_budgets(
         reason: str | None, truth: int | None) -> None:
     job = _job(generated, max_tokens, ignore_eos)
     assert job.observed_output_tokens is None  # not ended yet
-    job.end(status, 1.0, reason)
+    _end(job, status, reason)
     assert job.observed_output_tokens == truth
 
 
 def test_a_forced_job_ended_before_its_budget_is_censored() -> None:
     """ignore_eos with budget left and no stop reason: nothing says how long it would be."""
     job = _job(30, 100, True)
-    job.end(JobStatus.FINISHED, 1.0, "length")
+    _end(job, JobStatus.FINISHED, "length")
     assert job.observed_output_tokens is None
 
 

@@ -1,4 +1,5 @@
-"""[scheduler] placement: the policy's own choice by default, or a router-style one."""
+"""scheduler.placement (a benchmark knob): the policy's own choice by default, or a
+router-style one."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_make_policy_applies_the_configured_placement(policy: str) -> None:
     assert own.placement is None
     assert own.choose_executor(job("n"), [a, b]) is b  # least predicted outstanding work
     text = f'[scheduler]\npolicy = "{policy}"\nplacement = "least_queue"\n'
-    routed = make_policy(decode(text))
+    routed = make_policy(decode(text, bench_knobs=True))  # the fleet benchmark's knob
     assert routed.choose_executor(job("n"), [a, b]) is a
 
 

@@ -1,4 +1,5 @@
-"""The core on the simulated executor: admission, order, abort, preemption, reload, drain."""
+"""The core: its inbox loop driven by hand (events in, commands out), then on the simulated
+executor: admission, order, abort, preemption, reload, drain."""
 
 from __future__ import annotations
 
@@ -9,27 +10,25 @@ import pytest
 import pytest_asyncio
 
 from daemon.config import SchedulerConfig, SimConfig
-from daemon.core.job import (
-    Job,
-    JobEnd,
-    JobStatus,
-    KVResidency,
-    SamplingSpec,
-    StopRequest,
-    TokenDelta,
-)
+from daemon.core.events import Event, Launch, Stop, Stopped, Submitted, Tokens
+from daemon.core.job import Job, JobStatus, KVResidency, SamplingSpec, StopRequest
+from daemon.core.lanes import Lane
 from daemon.core.policy import DispatchContext, Policy
 from daemon.core.scheduler import NotAccepting, QueueFull, Scheduler
+from daemon.core.stream import JobEnd, OutputStream
 from daemon.executors.sim import SimExecutor
 from policies.fcfs import FCFS
+from tests.support import read_to_end
 
 FAST = SimConfig(prefill_base_s=0.0005, prefill_per_token_s=0.0, decode_base_s=0.001,
                  decode_per_seq_s=0.0, decode_per_context_token_s=0.0)
 
 
 class Harness:
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Scheduler, executor: SimExecutor) -> None:
         self.scheduler = scheduler
+        self.executor = executor
+        self.streams: dict[str, OutputStream] = {}
         self._count = 0
 
     def job(self, max_tokens: int = 20, priority: int = 0) -> Job:
@@ -40,43 +39,112 @@ class Harness:
 
     def submit(self, *jobs: Job) -> None:
         for job in jobs:
-            self.scheduler.submit(job)
+            self.streams[job.job_id] = stream = OutputStream()
+            self.scheduler.submit(job, stream)
 
-
-async def outputs(job: Job) -> tuple[list[int], JobEnd]:
-    ids: list[int] = []
-    while True:
-        item = await asyncio.wait_for(job.outputs.get(), 10)
-        if isinstance(item, JobEnd):
-            return ids, item
-        assert isinstance(item, TokenDelta)
-        ids.extend(item.token_ids)
+    async def outputs(self, job: Job) -> tuple[list[int], JobEnd]:
+        deltas, end = await read_to_end(self.streams[job.job_id], 10)
+        return [i for delta in deltas for i in delta.token_ids], end
 
 
 @pytest_asyncio.fixture
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     policy = getattr(request, "param", None) or FCFS()
-    executors = [SimExecutor("sim0", 2, FAST)]
-    for ex in executors:
-        await ex.start()
-    scheduler = Scheduler(executors, policy, SchedulerConfig(max_running=2, max_waiting=8))
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    executor = SimExecutor("sim0", inbox, FAST)
+    await executor.start()
+    scheduler = Scheduler([Lane("sim0", executor.commands, 2)], policy,
+                          SchedulerConfig(max_running=2, max_waiting=8), inbox)
     scheduler.accepting = True
-    task = asyncio.create_task(scheduler.run())
-    yield Harness(scheduler)
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    for ex in executors:
-        await ex.shutdown()
+    tasks = [asyncio.create_task(scheduler.run()), asyncio.create_task(executor.run())]
+    yield Harness(scheduler, executor)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await executor.shutdown()
+
+
+# ---- the loop by hand: events in, commands out ---------------------------------------------
+
+
+def _core(policy: Policy) -> tuple[Scheduler, asyncio.Queue[Event], asyncio.Queue[object]]:
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    commands: asyncio.Queue[object] = asyncio.Queue()
+    core = Scheduler([Lane("e0", commands, 1)], policy, SchedulerConfig(max_running=1), inbox)
+    core.accepting = True
+    return core, inbox, commands
+
+
+def _step(core: Scheduler, inbox: asyncio.Queue[Event]) -> None:
+    """What one turn of the loop does: every event at hand, then a decision round."""
+    while not inbox.empty():
+        core.handle(inbox.get_nowait())
+    core.dispatch()
+
+
+def _job(job_id: str, max_tokens: int = 3) -> Job:
+    return Job(job_id=job_id, prompt_token_ids=[1, 2], arrival_time=0.0,
+               sampling=SamplingSpec(max_tokens=max_tokens, ignore_eos=True))
+
+
+@pytest.mark.asyncio
+async def test_the_loop_turns_events_into_commands_and_owns_the_job() -> None:
+    core, inbox, commands = _core(FCFS())
+    first, second = _job("a"), _job("b")
+    stream = OutputStream()
+    core.submit(first, stream)
+    core.submit(second, OutputStream())
+    assert inbox.qsize() == 2 and core.num_jobs == 2  # submit only puts an event
+    assert all(isinstance(event, Submitted) for event in inbox._queue)  # type: ignore[attr-defined]
+    assert commands.empty()
+    _step(core, inbox)
+    launch = commands.get_nowait()
+    assert isinstance(launch, Launch) and launch.job_id == "a" and launch.max_new_tokens == 3
+    assert commands.empty() and [job.job_id for job in core.waiting] == ["b"]  # one slot
+    # The executor's reports: one step's tokens, then the end. The core writes the job.
+    inbox.put_nowait(Tokens("e0", 1.5, [("a", [7, 8, 9])]))
+    inbox.put_nowait(Stopped("e0", "a", "length"))
+    _step(core, inbox)
+    assert first.generated_token_ids == [7, 8, 9] and first.first_token_time == 1.5
+    assert first.status is JobStatus.FINISHED and first.finish_reason == "length"
+    assert stream.ended  # the core ended the output stream
+    assert isinstance(relaunch := commands.get_nowait(), Launch) and relaunch.job_id == "b"
+    core.cancel("b")  # the client left: the running job is asked to stop
+    _step(core, inbox)
+    assert commands.get_nowait() == Stop("b", StopRequest.ABORT, False)
+    inbox.put_nowait(Stopped("e0", "b", None))
+    _step(core, inbox)
+    assert second.status is JobStatus.ABORTED and core.num_jobs == 0
+
+
+@pytest.mark.asyncio
+async def test_a_stop_from_an_old_dispatch_or_unknown_job_changes_nothing() -> None:
+    core, inbox, commands = _core(FCFS())
+    job = _job("a", max_tokens=10)
+    core.submit(job, OutputStream())
+    _step(core, inbox)
+    commands.get_nowait()
+    inbox.put_nowait(Stopped("e0", "nobody", "stop"))
+    inbox.put_nowait(Tokens("e0", 1.0, [("nobody", [1])]))
+    _step(core, inbox)
+    assert job.status is JobStatus.RUNNING and core.lanes[0].running == {"a": job}
+    # Cut early with budget left (an engine went down): back to the queue, relaunched.
+    inbox.put_nowait(Tokens("e0", 1.0, [("a", [4])]))
+    inbox.put_nowait(Stopped("e0", "a", None))
+    _step(core, inbox)
+    launch = commands.get_nowait()
+    assert isinstance(launch, Launch) and launch.dispatch == 2
+    assert launch.generated_token_ids == [4] and launch.max_new_tokens == 9
 
 
 @pytest.mark.asyncio
 async def test_fcfs_admits_at_most_max_running_and_keeps_arrival_order(harness: Harness) -> None:
     jobs = [harness.job(max_tokens=10) for _ in range(6)]
     harness.submit(*jobs)
-    await asyncio.sleep(0)
-    harness.scheduler.dispatch()
+    while harness.scheduler.num_jobs > len(harness.scheduler.waiting) + 2:
+        await asyncio.sleep(0)  # the loop takes the submissions in and launches two
     assert harness.scheduler.num_running == 2 and len(harness.scheduler.waiting) == 4
-    results = await asyncio.gather(*(outputs(job) for job in jobs))
+    results = await asyncio.gather(*(harness.outputs(job) for job in jobs))
     assert all(len(ids) == 10 and end.finish_reason == "length" for ids, end in results)
     starts = [job.first_token_time for job in jobs]
     assert starts == sorted(starts)  # type: ignore[type-var]
@@ -87,16 +155,16 @@ async def test_abort_waiting_and_running_jobs(harness: Harness) -> None:
     running = [harness.job(max_tokens=10_000) for _ in range(2)]
     waiting = harness.job()
     harness.submit(*running, waiting)
-    while harness.scheduler.num_running < 2:
+    while not all(job.num_generated_tokens for job in running):
         await asyncio.sleep(0.001)
-    harness.scheduler.abort(waiting)
-    harness.scheduler.abort(running[0])
-    assert (await outputs(waiting))[1].finish_reason == "abort"
-    ids, end = await outputs(running[0])
+    harness.scheduler.cancel(waiting.job_id)
+    harness.scheduler.cancel(running[0].job_id)
+    assert (await harness.outputs(waiting))[1].finish_reason == "abort"
+    ids, end = await harness.outputs(running[0])
     assert end.finish_reason == "abort" and 0 < len(ids) < 10_000
     assert running[0].status == JobStatus.ABORTED
-    assert harness.scheduler.stats["sim0"].jobs_aborted == 1
-    harness.scheduler.abort(running[1])
+    assert harness.scheduler.lanes[0].stats.jobs_aborted == 1
+    harness.scheduler.cancel(running[1].job_id)
 
 
 @pytest.mark.asyncio
@@ -147,16 +215,16 @@ class SlicesOfFive(FCFS):
 async def test_tokens_arrive_once_and_in_order_across_stops(harness: Harness) -> None:
     reference = harness.job(max_tokens=40)
     harness.submit(reference)
-    expected, _ = await outputs(reference)  # uninterrupted run
+    expected, _ = await harness.outputs(reference)  # uninterrupted run
     jobs = [harness.job(max_tokens=40) for _ in range(5)]
     for job in jobs:
         job.prompt_token_ids = list(reference.prompt_token_ids)  # same tokens expected
     harness.submit(*jobs)
-    results = await asyncio.gather(*(outputs(job) for job in jobs))
+    results = await asyncio.gather(*(harness.outputs(job) for job in jobs))
     for job, (ids, end) in zip(jobs, results):
         assert ids == expected and end.finish_reason == "length"
         assert job.generated_token_ids == expected
-    stats = harness.scheduler.stats["sim0"]
+    stats = harness.scheduler.lanes[0].stats
     assert stats.preemptions + stats.budget_yields > 0
     assert stats.tokens_generated == 40 * 6
 
@@ -167,9 +235,9 @@ async def test_reconfigure_with_jobs_in_flight_loses_none(harness: Harness) -> N
     harness.submit(*jobs)
     await asyncio.sleep(0.005)
     harness.scheduler.reconfigure(SchedulerConfig(max_running=1), SlicesOfFive())
-    results = await asyncio.gather(*(outputs(job) for job in jobs))
+    results = await asyncio.gather(*(harness.outputs(job) for job in jobs))
     assert [len(ids) for ids, _ in results] == [15] * 8
-    assert harness.scheduler.executors[0].max_running == 1
+    assert harness.scheduler.lanes[0].max_running == 1
 
 
 @pytest.mark.asyncio
@@ -184,21 +252,22 @@ async def test_drain_waits_for_running_jobs(harness: Harness) -> None:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("harness", [PreemptsAndOffloads()], indirect=True)
 async def test_the_executor_sees_the_residency_when_asked_to_preempt(harness: Harness) -> None:
-    """The policy's KEEP / OFFLOAD / DROP is on the job before the executor stops it (the
-    vLLM executor reads it at the abort)."""
-    ex = harness.scheduler.executors[0]
-    seen: list[KVResidency | None] = []
-    stop = ex.request_stop
+    """The policy's KEEP / OFFLOAD / DROP travels with the Stop command (the vLLM executor
+    saves the job's KV to kvstore before its abort on OFFLOAD)."""
+    ex = harness.executor
+    seen: list[bool] = []
+    handle = ex._handle
 
-    def record(job: Job, why: StopRequest) -> None:
-        if why is StopRequest.PREEMPT:
-            seen.append(job.kv_residency)
-        stop(job, why)
+    def record(command: object) -> None:
+        if isinstance(command, Stop) and command.why is StopRequest.PREEMPT:
+            seen.append(command.offload)
+        handle(command)  # type: ignore[arg-type]
 
-    ex.request_stop = record  # type: ignore[method-assign]
+    ex._handle = record  # type: ignore[method-assign]
     jobs = [harness.job(max_tokens=200) for _ in range(3)]
     harness.submit(*jobs[:2])
     await asyncio.sleep(0.02)
     harness.submit(jobs[2])
-    await asyncio.gather(*(outputs(job) for job in jobs))
-    assert seen and all(residency is KVResidency.OFFLOAD for residency in seen)
+    await asyncio.gather(*(harness.outputs(job) for job in jobs))
+    assert seen and all(seen)
+    assert all(job.kv_offloaded is False for job in jobs)  # the sim has no kvstore

@@ -1,6 +1,6 @@
-"""An executor's running totals of predicted work (daemon.core.work) against the sums they
-replace, after any sequence of launches, tokens, finishes, preemptions, re-predictions and
-engine failures, driven through the real Executor base class."""
+"""An executor's running totals of predicted work (daemon.core.work, kept on the core's
+lanes) against the sums they replace, after any sequence of arrivals, tokens, finishes,
+preemptions, re-predictions and engine failures, driven through the real core's inbox."""
 
 from __future__ import annotations
 
@@ -11,62 +11,38 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from daemon.config import SchedulerConfig
 from daemon.core.costmodel import CostModel
-from daemon.core.job import Job, SamplingSpec, StopRequest
+from daemon.core.events import EngineDown, EngineUp, Event, Predicted, Stopped, Tokens
+from daemon.core.job import Job, SamplingSpec
+from daemon.core.lanes import Lane
 from daemon.core.policy import Policy
+from daemon.core.scheduler import Scheduler
+from daemon.core.stream import OutputStream
 from daemon.core.work import RunningWork, job_work
-from daemon.executors.base import Executor, Outcome
+from policies.fcfs import FCFS
 
 COST = CostModel(decode_base_s=0.02, decode_per_seq_s=0.001, decode_per_context_token_s=3e-6)
 
 
-class Manual(Executor):
-    """Generates what the test feeds it: n tokens per command, "end" to finish."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name, max_running=3)
-        self.feeds: dict[str, asyncio.Queue[int | str]] = {}
-
-    async def start(self) -> None:
-        pass
-
-    async def shutdown(self) -> None:
-        pass
-
-    async def _generate(self, job: Job, max_new_tokens: int, engine_priority: int) -> str | None:
-        feed = self.feeds[job.job_id] = asyncio.Queue()
-        made = 0
-        while True:
-            cmd = await feed.get()
-            if cmd == "end":
-                return "stop"
-            n = min(int(cmd), max_new_tokens - made)
-            made += n
-            job.emit("x" * n, [5] * n, 0.0)
-            if job.stop_request is not None:
-                return None
-            if made >= max_new_tokens:
-                return "length"
-
-
 predictions = st.one_of(st.none(), st.floats(0.0, 3000.0), st.integers(0, 3000).map(float))
 ops = st.lists(st.one_of(
-    st.tuples(st.just("launch"), st.integers(0, 2), st.integers(1, 400), predictions,
+    st.tuples(st.just("submit"), st.integers(0, 2), st.integers(1, 400), predictions,
               st.integers(1, 600)),
     st.tuples(st.just("tokens"), st.integers(0, 20), st.integers(1, 40)),
     st.tuples(st.just("finish"), st.integers(0, 20)),
-    st.tuples(st.just("preempt"), st.integers(0, 20)),
+    st.tuples(st.just("preempt"), st.integers(0, 20)),  # cut early: back to the queue
     st.tuples(st.just("repredict"), st.integers(0, 20), predictions),
     st.tuples(st.just("down"), st.integers(0, 2)),
 ), max_size=40)
 
 
-def recomputed(ex: Executor) -> tuple[float, float]:
+def recomputed(ex: Lane) -> tuple[float, float]:
     shares = [job_work(job) for job in ex.running.values()]
     return sum(s[0] for s in shares), sum(s[1] for s in shares)
 
 
-def check(executors: list[Executor], exact: bool) -> None:
+def check(executors: list[Lane], exact: bool) -> None:
     for ex in executors:
         tokens, reads = recomputed(ex)
         assert len(ex.work) == len(ex.running)
@@ -90,50 +66,45 @@ def check(executors: list[Executor], exact: bool) -> None:
 
 
 async def replay(steps: list[tuple], exact: bool) -> None:
-    executors = [Manual(f"e{i}") for i in range(3)]
-    waiting: list[Job] = []  # preempted or evicted jobs, resumable
-    for ex in executors:
-        ex.on_stop = lambda job, outcome, _: waiting.append(job) if (
-            outcome is Outcome.YIELDED) else None
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    lanes = [Lane(f"e{i}", asyncio.Queue(), 3) for i in range(3)]  # commands are dropped
+    core = Scheduler(lanes, FCFS(), SchedulerConfig(max_running=3, max_waiting=10_000), inbox)
+    core.accepting = True
 
-    def running() -> list[tuple[Executor, Job]]:
-        return [(ex, job) for ex in executors for job in ex.running.values()]
-
-    def pick(i: int) -> tuple[Executor, Job] | None:
-        jobs = running()
+    def pick(i: int) -> tuple[Lane, Job] | None:
+        jobs = [(lane, job) for lane in lanes for job in lane.running.values()]
         return jobs[i % len(jobs)] if jobs else None
 
     for n, step in enumerate(steps):
-        kind = step[0]
-        if kind == "launch":
-            _, e, prompt, predicted, max_tokens = step
-            ex = executors[e]
-            if ex.free_slots:
-                if waiting:
-                    job = waiting.pop(0)
-                else:
-                    job = Job(f"j{n}", [1] * prompt, SamplingSpec(max_tokens=max_tokens), 0.0,
-                              predicted_output_tokens=predicted)
-                ex.launch(job, None, 0)
-        elif kind in ("tokens", "finish", "preempt") and (hit := pick(step[1])):
-            ex, job = hit
-            if job.job_id in ex.feeds:
-                if kind == "preempt":
-                    ex.request_stop(job, StopRequest.PREEMPT)
-                ex.feeds[job.job_id].put_nowait(step[2] if kind == "tokens" else
-                                                "end" if kind == "finish" else 1)
-        elif kind == "repredict" and (hit := pick(step[1])):
-            hit[1].set_prediction(step[2])
+        kind, hit = step[0], pick(step[1])
+        if kind == "submit":
+            _, _, prompt, predicted, max_tokens = step
+            core.submit(Job(f"j{n}", [1] * prompt, SamplingSpec(max_tokens=max_tokens), 0.0,
+                            predicted_output_tokens=predicted), OutputStream())
+        elif kind == "tokens" and hit:
+            lane, job = hit
+            count = min(step[2], job.num_remaining_budget_tokens)
+            inbox.put_nowait(Tokens(lane.name, 0.0, [(job.job_id, [5] * count)]))
+        elif kind in ("finish", "preempt") and hit:
+            lane, job = hit
+            inbox.put_nowait(Stopped(lane.name, job.job_id, "stop" if kind == "finish" else None))
+        elif kind == "repredict" and hit and step[2] is not None:
+            inbox.put_nowait(Predicted(hit[1].job_id, step[2], revised=True))
         elif kind == "down":
-            executors[step[1]].mark_down("test")
-            executors[step[1]].mark_up()
-        for _ in range(4):  # let the job tasks take their commands
-            await asyncio.sleep(0)
-        check(executors, exact)
-    for ex in executors:
-        await ex.stop_all_tasks()
-    check(executors, exact)
-    assert all(ex.load() == 0.0 and ex.context_reads() == 0.0 for ex in executors)
+            lane = lanes[step[1]]
+            inbox.put_nowait(EngineDown(lane.name, "test"))
+            for job_id in lane.running:
+                inbox.put_nowait(Stopped(lane.name, job_id, None))
+            inbox.put_nowait(EngineUp(lane.name))
+        while not inbox.empty():
+            core.handle(inbox.get_nowait())
+        core.dispatch()
+        check(lanes, exact)
+    for lane in lanes:
+        for job_id in list(lane.running):
+            core.handle(Stopped(lane.name, job_id, "stop"))
+    check(lanes, exact)
+    assert all(lane.load() == 0.0 and lane.context_reads() == 0.0 for lane in lanes)
 
 
 @settings(max_examples=150, deadline=None)
@@ -144,7 +115,7 @@ def test_running_totals_equal_the_sums(steps: list[tuple]) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(ops.map(lambda steps: [
-    (*s[:3], None if s[3] is None else float(math.floor(s[3])), s[4]) if s[0] == "launch"
+    (*s[:3], None if s[3] is None else float(math.floor(s[3])), s[4]) if s[0] == "submit"
     else (s[0], s[1], None if s[2] is None else float(math.floor(s[2])))
     if s[0] == "repredict" else s for s in steps]))
 def test_placement_by_running_total_is_the_sums_choice(steps: list[tuple]) -> None:
@@ -159,7 +130,7 @@ def test_a_job_counts_once_and_an_empty_total_is_zero() -> None:
     work.add(a)
     work.add(b)
     assert len(work) == 2 and work.tokens == 2.0  # at least one token each
-    a.predicted_output_tokens = 50.3  # no executor hooked: the total does not follow
+    a.predicted_output_tokens = 50.3  # the total follows only when told
     work.update(a)
     assert work.tokens == pytest.approx(51.3)
     work.remove(a)

@@ -5,39 +5,47 @@ import asyncio
 import pytest
 
 from daemon.config import SchedulerConfig, SimConfig
-from daemon.core.job import Job, JobEnd, SamplingSpec, TokenDelta
+from daemon.core.events import Event
+from daemon.core.job import Job, SamplingSpec
+from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
+from daemon.core.stream import OutputStream
 from daemon.executors.sim import SimExecutor
 from daemon.executors.virtualclock import VirtualClockLoop
 from policies.fcfs import FCFS
+from tests.support import read_to_end
 
 
 async def _simulate(num_jobs: int, max_tokens: int) -> tuple[float, list[list[int]]]:
     cost = SimConfig()
-    executors = [SimExecutor(f"sim{i}", 4, cost) for i in range(2)]
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    executors = [SimExecutor(f"sim{i}", inbox, cost) for i in range(2)]
     for ex in executors:
         await ex.start()
-    scheduler = Scheduler(executors, FCFS(), SchedulerConfig(max_running=4))
+    scheduler = Scheduler([Lane(ex.name, ex.commands, 4) for ex in executors], FCFS(),
+                          SchedulerConfig(max_running=4), inbox)
     scheduler.accepting = True
-    runner = asyncio.create_task(scheduler.run())
+    tasks = [asyncio.create_task(scheduler.run())]
+    tasks += [asyncio.create_task(ex.run()) for ex in executors]
     loop = asyncio.get_running_loop()
-    jobs = []
+    streams = []
     for i in range(num_jobs):
         await asyncio.sleep(0.5)  # one arrival every 0.5 s of loop time
         job = Job(f"j{i}", [7, i], SamplingSpec(max_tokens=max_tokens, ignore_eos=True),
                   loop.time())
-        scheduler.submit(job)
-        jobs.append(job)
+        streams.append(OutputStream())
+        scheduler.submit(job, streams[-1])
     assert await scheduler.drain(timeout_s=10_000)
-    runner.cancel()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     for ex in executors:
         await ex.shutdown()
     tokens = []
-    for job in jobs:
-        items = [job.outputs.get_nowait() for _ in range(job.outputs.qsize())]
-        assert isinstance(items[-1], JobEnd)
-        tokens.append([t for item in items if isinstance(item, TokenDelta)
-                       for t in item.token_ids])
+    for stream in streams:
+        deltas, end = await read_to_end(stream, 1)
+        assert end.finish_reason == "length"
+        tokens.append([t for delta in deltas for t in delta.token_ids])
     return loop.time(), tokens
 
 
@@ -65,6 +73,6 @@ def test_tokens_are_deterministic() -> None:
 def test_step_time_follows_the_cost_model() -> None:
     cost = SimConfig(prefill_base_s=0.01, prefill_per_token_s=0.001, decode_base_s=0.02,
                      decode_per_seq_s=0.002, decode_per_context_token_s=0.0001)
-    ex = SimExecutor("sim", 4, cost)
+    ex = SimExecutor("sim", asyncio.Queue(), cost)
     assert abs(ex.step_time_s(100, 4, 1000) - (0.01 + 0.1 + 0.02 + 0.008 + 0.1)) < 1e-12
     assert abs(ex.step_time_s(0, 1, 0) - 0.022) < 1e-12

@@ -1,4 +1,4 @@
-"""VLLMExecutor on the real engine and the default model."""
+"""VLLMExecutor on the real engine and the default model, driven by its command queue."""
 
 from __future__ import annotations
 
@@ -10,43 +10,28 @@ import pytest
 import pytest_asyncio
 
 from daemon.config import Config, EngineConfig, ModelConfig
+from daemon.core.events import Event, Stopped
 from daemon.core.job import Job, SamplingSpec, StopRequest
-from daemon.executors.base import Outcome
 from daemon.executors.vllm import VLLMExecutor
 from daemon.tokenizer import Tokenizer
+from tests.executors.driver import Driver
 
 pytestmark = pytest.mark.engine
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.stops: list[tuple[str, Outcome, str | None]] = []
-        self.changed = asyncio.Event()
-
-    def __call__(self, job: Job, outcome: Outcome, detail: str | None) -> None:
-        self.stops.append((job.job_id, outcome, detail))
-        self.changed.set()
-
-    async def next_stop(self) -> tuple[str, Outcome, str | None]:
-        count = len(self.stops)
-        while len(self.stops) == count:
-            self.changed.clear()
-            await asyncio.wait_for(self.changed.wait(), 60)
-        return self.stops[-1]
-
-
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def engine(smollm2_model: Path) -> AsyncIterator[tuple[VLLMExecutor, Recorder, Tokenizer]]:
+async def engine(smollm2_model: Path) -> AsyncIterator[tuple[Driver, Tokenizer]]:
     # float32: bf16 prefill and decode kernels round differently, so a resumed job (its
     # generated tokens re-prefilled) can flip a near-tie in greedy argmax; see docs.
-    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=1024,
-                                      dtype="float32"),
-                    engine=EngineConfig(max_num_seqs=4))
-    executor = VLLMExecutor("cpu-0", "cpu", config)
-    recorder = Recorder()
-    executor.on_stop = recorder
+    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=1024),
+                    engine=EngineConfig(max_num_seqs=4, vllm_args={"dtype": "float32"}))
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    executor = VLLMExecutor("cpu-0", "cpu", config, inbox)
     await executor.start()
-    yield executor, recorder, Tokenizer(str(smollm2_model))
+    driver = Driver(executor, inbox)
+    driver.start()
+    yield driver, Tokenizer(str(smollm2_model))
+    await driver.close()
     await executor.shutdown()
 
 
@@ -55,57 +40,52 @@ def _job(tokenizer: Tokenizer, job_id: str, max_tokens: int = 64) -> Job:
     return Job(job_id, prompt, SamplingSpec(max_tokens=max_tokens, temperature=0.0), 0.0)
 
 
-async def _wait_tokens(job: Job, count: int) -> None:
-    while job.num_generated_tokens < count:
-        await asyncio.sleep(0.002)
-
-
 @pytest.mark.asyncio(loop_scope="module")
 async def test_preempt_and_resume_give_the_uninterrupted_tokens(
-        engine: tuple[VLLMExecutor, Recorder, Tokenizer]) -> None:
-    executor, recorder, tokenizer = engine
+        engine: tuple[Driver, Tokenizer]) -> None:
+    driver, tokenizer = engine
     whole = _job(tokenizer, "whole")
-    executor.launch(whole, None, 0)
-    assert await recorder.next_stop() == ("whole", Outcome.FINISHED, "length")
+    assert await driver.run(whole) == Stopped("cpu-0", "whole", "length")
 
     cut = _job(tokenizer, "cut")
+    contexts = []  # prompt + output at each resume
     for stop_at in (5, 23, 40):  # three preemptions at different depths
-        executor.launch(cut, None, 0)
-        await _wait_tokens(cut, stop_at)
-        executor.request_stop(cut, StopRequest.PREEMPT)
-        assert (await recorder.next_stop())[1] is Outcome.YIELDED
-    executor.launch(cut, None, 0)
-    assert await recorder.next_stop() == ("cut", Outcome.FINISHED, "length")
+        if cut.num_generated_tokens:
+            contexts.append(len(cut.prompt_token_ids) + cut.num_generated_tokens)
+        driver.launch(cut)
+        await driver.wait_tokens(cut, stop_at)
+        driver.stop(cut, StopRequest.PREEMPT)
+        assert (await driver.next_stop()).finish_reason is None  # cut early, not ended
+    contexts.append(len(cut.prompt_token_ids) + cut.num_generated_tokens)
+    assert await driver.run(cut) == Stopped("cpu-0", "cut", "length")
     assert cut.generated_token_ids == whole.generated_token_ids
     assert len(cut.generated_token_ids) == 64
-    texts = [cut.outputs.get_nowait().text for _ in range(cut.outputs.qsize())]
-    wholes = [whole.outputs.get_nowait().text for _ in range(whole.outputs.qsize())]
-    assert "".join(texts) == "".join(wholes)  # detokenized across resumes too
+    assert await driver.text(cut) == await driver.text(whole)  # detokenized across resumes
+    # Every resume reported its context (shorter than one 128-token block here: the
+    # prefix cache holds only whole blocks, so all of it was prefilled again).
+    resumes = driver.resumes(cut)
+    assert [context for context, _ in resumes] == contexts
+    assert all(0 < recomputed <= context for context, recomputed in resumes)
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_token_budget_yields_then_completes(
-        engine: tuple[VLLMExecutor, Recorder, Tokenizer]) -> None:
-    executor, recorder, tokenizer = engine
+async def test_token_budget_yields_then_completes(engine: tuple[Driver, Tokenizer]) -> None:
+    driver, tokenizer = engine
     job = _job(tokenizer, "sliced", max_tokens=30)
-    outcomes = []
-    while True:
-        executor.launch(job, 8, 0)
-        outcomes.append((await recorder.next_stop())[1])
-        if outcomes[-1] is not Outcome.YIELDED:
-            break
-    assert outcomes == [Outcome.YIELDED] * 3 + [Outcome.FINISHED]
-    assert job.num_generated_tokens == 30
+    reasons = []
+    while job.num_remaining_budget_tokens > 0:
+        reasons.append((await driver.run(job, budget=8)).finish_reason)
+    assert reasons == ["length"] * 4  # three slices of 8, then the last 6 end the job
+    assert job.num_generated_tokens == 30 and job.num_dispatches == 4
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_abort_stops_the_engine_request(
-        engine: tuple[VLLMExecutor, Recorder, Tokenizer]) -> None:
-    executor, recorder, tokenizer = engine
+async def test_abort_stops_the_engine_request(engine: tuple[Driver, Tokenizer]) -> None:
+    driver, tokenizer = engine
     job = _job(tokenizer, "aborted", max_tokens=500)
-    executor.launch(job, None, 0)
-    await _wait_tokens(job, 3)
-    executor.request_stop(job, StopRequest.ABORT)
-    assert await recorder.next_stop() == ("aborted", Outcome.ABORTED, "abort")
+    driver.launch(job)
+    await driver.wait_tokens(job, 3)
+    driver.stop(job, StopRequest.ABORT)
+    assert await driver.next_stop() == Stopped("cpu-0", "aborted", None)
     assert job.num_generated_tokens < 500
-    assert not executor.running
+    assert not driver.executor._tasks  # its generation task is gone with the request

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from daemon.config import Config, EngineConfig, KVStoreConfig, ModelConfig
-from daemon.core.job import Job, KVResidency, SamplingSpec, StopRequest
-from daemon.executors.base import KVStoreTotals, Outcome
+from daemon.core.events import Event
+from daemon.core.job import Job, SamplingSpec, StopRequest
+from daemon.executors.base import KVStoreTotals
 from daemon.executors.vllm import VLLMExecutor
+from tests.executors.driver import Driver
 
 pytestmark = pytest.mark.engine
 
@@ -30,36 +32,36 @@ class BrokenConnector(VLLMExecutor):
 @pytest.mark.asyncio
 async def test_an_engine_that_cannot_load_kvstore_serves_without_it(
         tiny_model: Path, caplog: pytest.LogCaptureFixture) -> None:
-    config = Config(model=ModelConfig(path=str(tiny_model), max_model_len=1024,
-                                      dtype="float32"),
-                    engine=EngineConfig(max_num_seqs=2),
+    config = Config(model=ModelConfig(path=str(tiny_model), max_model_len=1024),
+                    engine=EngineConfig(max_num_seqs=2, vllm_args={"dtype": "float32"}),
                     kvstore=KVStoreConfig(enabled=True, quantization="none"))
-    executor = BrokenConnector("cpu-0", "cpu", config)
-    stops: asyncio.Queue[tuple[Job, Outcome]] = asyncio.Queue()
-    executor.on_stop = lambda job, outcome, detail: stops.put_nowait((job, outcome))
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    executor = BrokenConnector("cpu-0", "cpu", config, inbox)
     with caplog.at_level(logging.WARNING, logger="daemon.executors.vllm"):
         await executor.start()
+    driver = Driver(executor, inbox)
+    driver.start()
     try:
         warnings = [r for r in caplog.records if "cannot run with kvstore" in r.message]
         assert len(warnings) == 1 and not executor.kvstore_active
         job = Job("j", list(range(100, 400)), SamplingSpec(max_tokens=40, temperature=0.0,
                                                            ignore_eos=True), 0.0)
-        executor.launch(job, None, 0)
-        while job.num_generated_tokens < 5:
-            await asyncio.sleep(0.005)
-        job.kv_residency = KVResidency.OFFLOAD  # the policy's word, with no store to act
-        executor.request_stop(job, StopRequest.PREEMPT)
-        assert (await asyncio.wait_for(stops.get(), 60))[1] is Outcome.YIELDED
-        executor.launch(job, None, 0)
-        assert (await asyncio.wait_for(stops.get(), 60))[1] is Outcome.FINISHED
+        driver.launch(job)
+        await driver.wait_tokens(job, 5)
+        driver.stop(job, StopRequest.PREEMPT, offload=True)  # with no store to act
+        stopped = await driver.next_stop()
+        assert stopped.finish_reason is None and not stopped.kv_offloaded
+        assert (await driver.run(job)).finish_reason == "length"
         assert job.num_generated_tokens == 40
         # The engine's prefix cache (on by default) served the resume's whole blocks; what
         # lies past them was prefilled again.
         context = 300 + job.tokens_at_dispatch
-        assert executor.resume_stats.resumes == 1
-        assert 0 < executor.resume_stats.recomputed_tokens <= context - context // 128 * 128
+        ((resumed_context, recomputed),) = driver.resumes(job)
+        assert resumed_context == context
+        assert 0 < recomputed <= context - context // 128 * 128
         assert executor.kvstore_totals() == KVStoreTotals()
     finally:
+        await driver.close()
         await executor.shutdown()
 
 
@@ -73,18 +75,15 @@ class CrashingKVStore(VLLMExecutor):
         return config
 
 
-async def _offload_and_resume(executor: VLLMExecutor, job: Job,
-                              stops: asyncio.Queue[tuple[Job, Outcome]]) -> Outcome:
-    """Run `job` 5 more tokens, preempt it with OFFLOAD, resume it; the resume's outcome
-    (its save kills a crashing connector's engine: then the run is cut, YIELDED)."""
-    executor.launch(job, None, 0)
-    while job.num_generated_tokens < job.tokens_at_dispatch + 5:
-        await asyncio.sleep(0.005)
-    job.kv_residency = KVResidency.OFFLOAD
-    executor.request_stop(job, StopRequest.PREEMPT)
-    assert (await asyncio.wait_for(stops.get(), 60))[1] is Outcome.YIELDED
-    executor.launch(job, None, 0)
-    return (await asyncio.wait_for(stops.get(), 120))[1]
+async def _offload_and_resume(driver: Driver, job: Job) -> str | None:
+    """Run `job` 5 more tokens, preempt it with OFFLOAD, resume it; the resume's finish
+    reason (its save kills a crashing connector's engine: then the run is cut, None)."""
+    driver.launch(job)
+    await driver.wait_tokens(job, job.tokens_at_dispatch + 5)
+    driver.stop(job, StopRequest.PREEMPT, offload=True)
+    assert (await driver.next_stop()).finish_reason is None
+    driver.launch(job)
+    return (await driver.next_stop(120)).finish_reason
 
 
 @pytest.mark.asyncio
@@ -92,29 +91,31 @@ async def test_an_engine_that_keeps_dying_with_kvstore_is_restarted_without_it(
         tiny_model: Path, caplog: pytest.LogCaptureFixture) -> None:
     """kvstore.max_engine_failures = 2: the first death restarts the engine with the
     connector, the second without it; the job survives both and finishes."""
-    config = Config(model=ModelConfig(path=str(tiny_model), max_model_len=1024,
-                                      dtype="float32"),
-                    engine=EngineConfig(max_num_seqs=2),
+    config = Config(model=ModelConfig(path=str(tiny_model), max_model_len=1024),
+                    engine=EngineConfig(max_num_seqs=2, vllm_args={"dtype": "float32"}),
                     kvstore=KVStoreConfig(enabled=True, quantization="none",
                                           max_engine_failures=2))
-    executor = CrashingKVStore("cpu-0", "cpu", config)
-    stops: asyncio.Queue[tuple[Job, Outcome]] = asyncio.Queue()
-    executor.on_stop = lambda job, outcome, detail: stops.put_nowait((job, outcome))
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    executor = CrashingKVStore("cpu-0", "cpu", config, inbox)
     await executor.start()
+    driver = Driver(executor, inbox)
+    driver.start()  # the executor's task restarts its engine when it dies
     try:
         job = Job("j", list(range(100, 400)), SamplingSpec(max_tokens=60, temperature=0.0,
                                                            ignore_eos=True), 0.0)
         with caplog.at_level(logging.WARNING, logger="daemon.executors.vllm"):
             for still_with_kvstore in (True, False):
                 assert executor.kvstore_active
-                assert await _offload_and_resume(executor, job, stops) is Outcome.YIELDED
-                assert executor.down_reason is not None  # the engine died at the save
-                await executor.restart_engine()
-                executor.mark_up()
+                assert await _offload_and_resume(driver, job) is None  # cut: engine died
+                async with asyncio.timeout(120):  # restarted by the executor's own task
+                    while executor.down_reason is not None or executor.restarts < (
+                            1 if still_with_kvstore else 2):
+                        await asyncio.sleep(0.05)
                 assert executor.kvstore_active is still_with_kvstore
         warnings = [r for r in caplog.records if "failed 2 times with kvstore" in r.message]
         assert len(warnings) == 1
-        assert await _offload_and_resume(executor, job, stops) is Outcome.FINISHED
+        assert await _offload_and_resume(driver, job) == "length"
         assert job.num_generated_tokens == 60
     finally:
+        await driver.close()
         await executor.shutdown()

@@ -104,11 +104,11 @@ async def test_limits_413_and_429(client: tuple[httpx.AsyncClient, Service]) -> 
     assert response.status_code == 413
     # Fill 2 slots and 2 waiting places, then one more is refused with 429.
     for _ in range(2):
-        service.scheduler.submit(service.new_job([1, 2], _long(), 0, "fill"))
+        service.submit(service.new_job([1, 2], _long(), 0, "fill"))
     while service.scheduler.num_running < 2:
         await asyncio.sleep(0.001)
     for _ in range(2):
-        service.scheduler.submit(service.new_job([1, 2], _long(), 0, "fill"))
+        service.submit(service.new_job([1, 2], _long(), 0, "fill"))
     response = await http.post("/v1/chat/completions", json={"model": MODEL, "messages": HELLO})
     assert response.status_code == 429
     assert response.json()["error"]["type"] == "rate_limit_error"
@@ -182,14 +182,12 @@ async def test_a_late_prediction_gets_the_fallback(
 
 
 @pytest.mark.asyncio
-async def test_loop_lag_probe_sees_a_blocked_loop(
-        client: tuple[httpx.AsyncClient, Service]) -> None:
+async def test_loop_lag_probe_sees_a_blocked_loop() -> None:
     import time
 
     from daemon.http.metrics import Metrics
 
-    _, service = client
-    metrics = Metrics(service.scheduler, service.predictions)
+    metrics = Metrics()
     probe = asyncio.create_task(metrics.watch_loop_lag())
     await asyncio.sleep(0.05)  # the probe's timer is armed
     time.sleep(0.4)  # noqa: ASYNC251 - the point: block the loop; its timer fires ~0.3 s late

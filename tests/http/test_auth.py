@@ -11,7 +11,8 @@ import msgspec
 import pytest
 import pytest_asyncio
 
-from daemon.config import Config, ConfigError, EngineConfig, ModelConfig, ServerConfig
+from daemon.apikeys import KeyFileError
+from daemon.config import Config, EngineConfig, ModelConfig, ServerConfig
 from daemon.http.app import build_app
 from daemon.service import Service
 
@@ -101,6 +102,6 @@ async def test_keys_are_reread_on_reload_and_a_bad_file_keeps_the_old(
     assert (await http.get("/v1/models", headers=_auth(USER))).status_code == 401
     assert (await http.get("/v1/models", headers=_auth(fresh))).status_code == 200
     keys.write_text(f"{fresh} name=fresh priority=5..1\n")
-    with pytest.raises(ConfigError, match=r"keys:1: priority must be MIN..MAX"):
+    with pytest.raises(KeyFileError, match=r"keys:1: priority must be MIN..MAX"):
         service.apply(msgspec.structs.replace(service.config))
     assert (await http.get("/v1/models", headers=_auth(fresh))).status_code == 200

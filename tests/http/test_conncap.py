@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import DaemonProcess, config_text, free_port
+from tests.support import DaemonProcess, config_text, free_port, sim_profile
 
 MODEL = "smollm2-135m-instruct"
 LONG = {"model": MODEL, "stream": True, "max_tokens": 2000, "ignore_eos": True,
@@ -27,7 +27,7 @@ def daemon(tmp_path: Path, smollm2_model: Path) -> Iterator[DaemonProcess]:
     # test (they are cut when released). At 10 ms (20 s) the first held stream could end
     # on a loaded machine before the last was admitted, and free its connection.
     text = config_text(smollm2_model, free_port(), engine_kind="sim", max_running=CAP + 1,
-                       extra="[sim]\ndecode_base_s = 0.05\n")
+                       extra=sim_profile(tmp_path / "slow.json", decode_base_s=0.05))
     config = tmp_path / "lengthwise.toml"
     config.write_text(text.replace("[server]\n", f"[server]\nmax_connections = {CAP}\n", 1))
     daemon = DaemonProcess(config, tmp_path / "daemon.log")

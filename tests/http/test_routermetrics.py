@@ -72,7 +72,7 @@ async def test_router_gauges_track_a_backlog(service: Service) -> None:
         assert first(idle, "vllm:num_requests_running").value == 0
         assert first(idle, "vllm:kv_cache_usage_perc").value == 0
         for _ in range(5):
-            service.scheduler.submit(_job(service, 500))
+            service.submit(_job(service, 500))
         await _until(lambda: all(ex.engine_stats().num_running_reqs == 1
                                  for ex in service.executors))
         busy = scrape((await http.get("/metrics")).text)
@@ -98,26 +98,27 @@ async def test_router_gauges_track_a_backlog(service: Service) -> None:
 async def test_estimated_wait_follows_the_policy_order(service: Service) -> None:
     collector = RouterCollector(service)
     for predicted in (400, 400, 900, 900, 900):
-        service.scheduler.submit(_job(service, predicted))
+        service.submit(_job(service, predicted))
     await _until(lambda: service.scheduler.num_running == 2)
     assert collector.median_job() == (256, service.predictions.fallback_tokens)
     # ssjf: a median (256-token) job goes before the three 900-token ones.
     per_token = collector.seconds_per_token()
     sjf_wait = collector.estimated_wait_s()
-    running = sum(job.predicted_remaining_tokens for ex in service.executors
-                  for job in ex.running.values())
+    running = sum(job.predicted_remaining_tokens for lane in service.scheduler.lanes
+                  for job in lane.running.values())
     assert sjf_wait == pytest.approx(running * per_token / 2)
     # fcfs: all three are ahead of a new arrival.
     fcfs = msgspec.structs.replace(service.config, scheduler=msgspec.structs.replace(
         service.config.scheduler, policy="fcfs"))
-    service.apply(fcfs)
+    service.apply(fcfs)  # takes effect in the core's loop, in order with other events
+    await _until(lambda: service.scheduler.policy.name == "fcfs")
     assert collector.estimated_wait_s() == pytest.approx(sjf_wait + 3 * 900 * per_token / 2)
 
 
 @pytest.mark.asyncio
 async def test_no_wait_while_a_slot_is_free(service: Service) -> None:
     collector = RouterCollector(service)
-    service.scheduler.submit(_job(service, 300))
+    service.submit(_job(service, 300))
     await _until(lambda: service.scheduler.num_running == 1)
     assert collector.estimated_wait_s() == 0.0
 
@@ -129,11 +130,12 @@ async def test_outstanding_tokens_per_executor_is_the_placements_running_total(
     running total (daemon.core.work). With every job predicted they are the same number."""
     collector = RouterCollector(service)
     for predicted in (300.5, 700.25, 50.0):
-        service.scheduler.submit(_job(service, predicted))
+        service.submit(_job(service, predicted))
     await _until(lambda: service.scheduler.num_running == 2)
     await asyncio.sleep(0.05)  # some tokens streamed: the totals moved
     family = collector._outstanding()  # no await between this and the totals below
     by_name = {s.labels["executor"]: s.value for s in family.samples}
-    assert sum(ex.load() for ex in service.executors) > 0
-    for ex in service.executors:
-        assert by_name[ex.name] == pytest.approx(ex.load(), abs=1e-6)
+    lanes = service.scheduler.lanes
+    assert sum(lane.load() for lane in lanes) > 0
+    for lane in lanes:
+        assert by_name[lane.name] == pytest.approx(lane.load(), abs=1e-6)

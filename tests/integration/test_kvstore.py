@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import ROOT, DaemonProcess, config_text, free_port
+from tests.support import BENCH_KNOBS, ROOT, DaemonProcess, config_text, free_port
 
 pytestmark = pytest.mark.engine
 
@@ -30,7 +30,8 @@ LONG_TOKENS = 160
 # The engine runs one job at a time; prefix caching is off, so every cached token a
 # resumed job reports came from kvstore. Every job gets the fallback prediction capped by
 # its budget (no predictor), so the 4-token job is the short one for alise.
-ENGINE = "[engine]\nenable_prefix_caching = false\n"
+DTYPE = 'vllm_args = { dtype = "float32" }'
+VLLM_ARGS = 'vllm_args = { dtype = "float32", enable_prefix_caching = false }'
 EXTRA = f"""
 [scheduler.aging]
 slowdown = 50.0
@@ -55,8 +56,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, smollm2_model: Path
     folder = tmp_path_factory.mktemp("kvstore-daemon")
     text = config_text(smollm2_model, free_port(), max_running=1, max_num_seqs=2,
                        policy="alise", dtype="float32", extra=EXTRA)
-    (folder / "lengthwise.toml").write_text(text.replace("[engine]\n", ENGINE, 1))
-    proc = DaemonProcess(folder / "lengthwise.toml", folder / "daemon.log")
+    (folder / "lengthwise.toml").write_text(text.replace(DTYPE, VLLM_ARGS, 1))
+    # max_resident_jobs is a benchmark knob (alise's tuning)
+    proc = DaemonProcess(folder / "lengthwise.toml", folder / "daemon.log", BENCH_KNOBS)
     try:
         proc.wait_ready()
         yield proc

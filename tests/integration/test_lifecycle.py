@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import DaemonProcess, config_text, free_port
+from tests.support import DaemonProcess, config_text, free_port, sim_profile
 
 pytestmark = pytest.mark.engine
 
@@ -121,7 +121,7 @@ def _try_request(daemon: DaemonProcess) -> int | str:
 def test_drain_timeout_aborts_what_is_left(tmp_path: Path, smollm2_model: Path,
                                            notify: NotifySocket) -> None:
     """Simulated engine (fast start): a stream longer than the drain limit is cut, exit 0."""
-    slow = "[sim]\ndecode_base_s = 0.05\n"
+    slow = sim_profile(tmp_path / "slow.json", decode_base_s=0.05)
     daemon = _start(tmp_path, smollm2_model, notify, engine_kind="sim", drain_timeout_s=0.5,
                     extra=slow)
     try:

@@ -17,7 +17,15 @@ from pathlib import Path
 import httpx
 
 from predictor import default_predictor_path
-from tests.support import LENGTHWISE, ROOT, SMOLLM2, DaemonProcess, config_text, free_port
+from tests.support import (
+    LENGTHWISE,
+    ROOT,
+    SMOLLM2,
+    DaemonProcess,
+    config_text,
+    free_port,
+    sim_profile,
+)
 
 MODEL = "smollm2-135m-instruct"
 PROBE = [{"role": "user", "content": "Describe the water cycle for a ten-year-old."}]
@@ -57,7 +65,8 @@ def test_retrain_from_request_log_then_sighup_reloads(tmp_path: Path) -> None:
     config.write_text(config_text(
         SMOLLM2, free_port(), engine_kind="sim", max_running=16, max_num_seqs=16,
         extra=f'[predictor]\npath = "{live}"\niterative_path = "none"\n'
-              f'request_log = "{log_path}"\n[sim]\ndecode_base_s = 0.001\n'))
+              f'request_log = "{log_path}"\n'
+              + sim_profile(tmp_path / "fast.json", decode_base_s=0.001)))
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     try:
         daemon.wait_ready(120)

@@ -16,9 +16,10 @@ import pytest
 import pytest_asyncio
 
 from daemon.config import Config, EngineConfig, ModelConfig, PredictorConfig, SchedulerConfig
-from daemon.core.job import Job, JobEnd, SamplingSpec
+from daemon.core.job import Job, SamplingSpec
+from daemon.core.stream import JobEnd, OutputStream
 from daemon.service import Service
-from tests.support import TINY
+from tests.support import TINY, read_to_end
 
 pytestmark = pytest.mark.engine
 _PROBE_S = 0.05  # period of the loop-lag probe while the engines load
@@ -37,8 +38,9 @@ async def _max_loop_lag(stop: asyncio.Event) -> float:
 async def two_engines() -> AsyncIterator[tuple[Service, float, float]]:
     """The started service, the event loop's worst lag while it started, and how long
     starting took (seconds)."""
-    config = Config(model=ModelConfig(path=str(TINY), max_model_len=4096, dtype="float32"),
-                    engine=EngineConfig(devices=["cpu:0", "cpu:1"], max_num_seqs=4),
+    config = Config(model=ModelConfig(path=str(TINY), max_model_len=4096),
+                    engine=EngineConfig(devices=["cpu:0", "cpu:1"], max_num_seqs=4,
+                                        vllm_args={"dtype": "float32"}),
                     scheduler=SchedulerConfig(max_running=2),
                     predictor=PredictorConfig(path="none"))
     service = await Service.create(config)
@@ -57,15 +59,12 @@ def _job(service: Service, max_tokens: int) -> Job:
     job = service.new_job(list(range(100, 120)), SamplingSpec(max_tokens=max_tokens,
                                                               temperature=0.0,
                                                               ignore_eos=True), 0, "two")
-    job.predicted_output_tokens = None  # predicted remaining work = its remaining budget
+    job.predicted_output_tokens = float(max_tokens)  # predicted work = its budget
     return job
 
 
-async def _finish(job: Job) -> JobEnd:
-    while True:
-        item = await asyncio.wait_for(job.outputs.get(), 120)
-        if isinstance(item, JobEnd):
-            return item
+async def _finish(stream: OutputStream) -> JobEnd:
+    return (await read_to_end(stream))[1]
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -92,19 +91,19 @@ async def test_both_serve_and_placement_follows_predicted_work(
     service, _, _ = two_engines
     scheduler = service.scheduler
     long_job = _job(service, 3000)
-    scheduler.submit(long_job)
+    long_stream = service.submit(long_job)
     async with asyncio.timeout(60):
         while long_job.num_generated_tokens == 0:
             await asyncio.sleep(0.01)
     shorts = [_job(service, 30), _job(service, 30)]
-    for job in shorts:  # placed in one round, while the long job holds ~3000 tokens of work
-        scheduler.submit(job)
-    ends = await asyncio.gather(*(_finish(job) for job in shorts))
+    # placed in one round, while the long job holds ~3000 tokens of work
+    streams = [service.submit(job) for job in shorts]
+    ends = await asyncio.gather(*(_finish(stream) for stream in streams))
     assert [end.finish_reason for end in ends] == ["length", "length"]
     assert [job.num_generated_tokens for job in shorts] == [30, 30]
     other = next(ex.name for ex in service.executors if ex.name != long_job.executor_name)
     assert [job.executor_name for job in shorts] == [other, other]
-    scheduler.abort(long_job)  # its placement is shown; no need to wait for 3000 tokens
-    await _finish(long_job)
+    scheduler.cancel(long_job.job_id)  # its placement is shown; no need for 3000 tokens
+    await _finish(long_stream)
     assert long_job.num_generated_tokens > 0
-    assert all(stats.tokens_generated > 0 for stats in scheduler.stats.values())
+    assert all(lane.stats.tokens_generated > 0 for lane in scheduler.lanes)

@@ -1,5 +1,6 @@
 """Run workloads through the real core + policies on SimExecutors in virtual time, checking
-invariants as they happen (one executor per job at a time, aging order at every dispatch)."""
+invariants as they happen (one executor per job at a time, aging order at every dispatch,
+nothing streamed after a job's end)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from daemon.config import AgingConfig, Config, PoliciesConfig, SchedulerConfig, SimConfig
-from daemon.core.job import Job, JobEnd, SamplingSpec, TokenDelta
+from daemon.core.events import Event
+from daemon.core.job import Job, SamplingSpec
+from daemon.core.lanes import Lane
 from daemon.core.repredict import RemainingPredictor
 from daemon.core.scheduler import Scheduler
-from daemon.executors.base import Executor
-from daemon.executors.sim import SimExecutor, _prompt_seed
+from daemon.core.stream import JobEnd, OutputStream, TokenDelta
+from daemon.executors.base import Run
+from daemon.executors.sim import SimExecutor, prompt_seed
 from daemon.executors.virtualclock import VirtualClockLoop
 from daemon.policysetup import make_policy
 
@@ -62,31 +66,60 @@ class Result:
 
 
 class CheckedSim(SimExecutor):
-    """A SimExecutor that records any job admitted while another executor runs it."""
+    """A SimExecutor that records any job launched while another executor runs it."""
 
-    def __init__(self, name: str, max_running: int, owners: dict[str, str],
+    def __init__(self, name: str, inbox: asyncio.Queue[Event], owners: dict[str, str],
                  problems: list[str]) -> None:
-        super().__init__(name, max_running, SimConfig())
+        super().__init__(name, inbox, SimConfig())
         self._owners = owners
         self._problems = problems
 
-    def launch(self, job: Job, token_budget: int | None, engine_priority: int) -> None:
-        owner = self._owners.get(job.job_id)
+    def _begin(self, run: Run) -> None:
+        owner = self._owners.get(run.job_id)
         if owner is not None:
-            self._problems.append(f"{job.job_id} launched on {self.name} while on {owner}")
-        self._owners[job.job_id] = self.name
-        super().launch(job, token_budget, engine_priority)
+            self._problems.append(f"{run.job_id} launched on {self.name} while on {owner}")
+        self._owners[run.job_id] = self.name
+        super()._begin(run)
 
-    async def _drive(self, job: Job, budget: int, engine_priority: int) -> None:
-        try:
-            await super()._drive(job, budget, engine_priority)
-        finally:
-            self._owners.pop(job.job_id, None)
+    def _end_run(self, run: Run, finish_reason: str | None, error: str | None = None,
+                 kv_offloaded: bool = False) -> None:
+        if self._runs.get(run.job_id) is run:
+            self._owners.pop(run.job_id, None)
+        super()._end_run(run, finish_reason, error, kv_offloaded)
+
+
+class RecordingStream(OutputStream):
+    """Keeps every delta pushed and every end, as they came (a client reads them merged)."""
+
+    def __init__(self, spec: SamplingSpec) -> None:
+        super().__init__(spec.stop, spec.min_tokens)
+        self.deltas: list[TokenDelta] = []
+        self.ends: list[JobEnd] = []
+
+    def push(self, text: str, token_ids: list[int]) -> bool:
+        if self.ends:
+            self.deltas.append(TokenDelta("AFTER-END", []))
+        self.deltas.append(TokenDelta(text, list(token_ids)))
+        return super().push(text, token_ids)
+
+    def finish(self, finish_reason: str | None, error: str | None = None) -> None:
+        self.ends.append(JobEnd(finish_reason, error))
+        super().finish(finish_reason, error)
+
+
+class CheckedScheduler(Scheduler):
+    """The core, recording every launch as the aging checks see it."""
+
+    dispatches: list[Dispatch]
+
+    def _launch(self, job: Job, lane: Lane) -> None:
+        super()._launch(job, lane)
+        self.dispatches.append(_check_dispatch(self, job, lane.name))
 
 
 def expected_tokens(job: Job, count: int) -> list[int]:
     """The ids SimExecutor generates for positions 0..count-1 of this job."""
-    seed = _prompt_seed(job)
+    seed = prompt_seed(job.prompt_token_ids)
     return [(seed + 7919 * pos) % VOCAB for pos in range(count)]
 
 
@@ -124,27 +157,27 @@ async def _run(config: Config, specs: Sequence[Spec], executors: int,
                horizon_s: float) -> Result:
     owners: dict[str, str] = {}
     problems: list[str] = []
-    exs: list[Executor] = [CheckedSim(f"sim{i}", config.scheduler.max_running, owners,
-                                      problems) for i in range(executors)]
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    exs = [CheckedSim(f"sim{i}", inbox, owners, problems) for i in range(executors)]
     for ex in exs:
         await ex.start()
-    sched = Scheduler(exs, make_policy(config), config.scheduler)
-    sched.remaining_predictor = predictor
+    ended: asyncio.Queue[Job] = asyncio.Queue()
+    lanes = [Lane(ex.name, ex.commands, config.scheduler.max_running) for ex in exs]
+    sched = CheckedScheduler(lanes, make_policy(config), config.scheduler, inbox,
+                             remaining=predictor, ended=ended)
+    sched.dispatches = []
     sched.accepting = True
     jobs = [make_job(i, spec) for i, spec in enumerate(specs)]
-    end_calls = {job.job_id: 0 for job in jobs}
-    dispatches: list[Dispatch] = []
-    sched.on_job_end.append(lambda job: end_calls.__setitem__(job.job_id,
-                                                              end_calls[job.job_id] + 1))
-    sched.on_dispatch.append(lambda job, ex: dispatches.append(_check_dispatch(sched, job, ex)))
+    streams = {job.job_id: RecordingStream(job.sampling) for job in jobs}
     tasks = [asyncio.create_task(sched.run()), asyncio.create_task(_ticker())]
+    tasks += [asyncio.create_task(ex.run()) for ex in exs]
     tasks += [asyncio.create_task(_abort_later(sched, job, spec.abort_at_s))
               for job, spec in zip(jobs, specs, strict=True) if spec.abort_at_s is not None]
     reloads: list[float] = []
     if reload_at is not None:
         tasks.append(asyncio.create_task(_reload_later(sched, *reload_at, reloads)))
     try:
-        await _feed(sched, jobs)
+        await _feed(sched, jobs, streams)
         drained = await sched.drain(horizon_s)
     finally:
         for task in tasks:
@@ -152,14 +185,17 @@ async def _run(config: Config, specs: Sequence[Spec], executors: int,
         await asyncio.gather(*tasks, return_exceptions=True)
         for ex in exs:
             await ex.shutdown()
-    deltas, ends = _collect_outputs(jobs)
-    return Result(jobs, deltas, ends, end_calls, dispatches, sched, problems, drained,
-                  reloads[0] if reloads else None)
+    end_calls = {job.job_id: 0 for job in jobs}
+    while not ended.empty():
+        end_calls[ended.get_nowait().job_id] += 1
+    return Result(jobs, {jid: st.deltas for jid, st in streams.items()},
+                  {jid: st.ends for jid, st in streams.items()}, end_calls, sched.dispatches,
+                  sched, problems, drained, reloads[0] if reloads else None)
 
 
-def _check_dispatch(sched: Scheduler, job: Job, ex: Executor) -> Dispatch:
+def _check_dispatch(sched: Scheduler, job: Job, executor: str) -> Dispatch:
     now = sched.now()
-    record = Dispatch(now, job.job_id, ex.name, now - job.enqueue_time)
+    record = Dispatch(now, job.job_id, executor, now - job.enqueue_time)
     queue = sched.waiting
     if queue.bound is None:
         return record
@@ -173,18 +209,19 @@ def _check_dispatch(sched: Scheduler, job: Job, ex: Executor) -> Dispatch:
     return record
 
 
-async def _feed(sched: Scheduler, jobs: Sequence[Job]) -> None:
+async def _feed(sched: Scheduler, jobs: Sequence[Job], streams: dict[str, RecordingStream]
+                ) -> None:
     loop = asyncio.get_running_loop()
     for job in sorted(jobs, key=lambda j: j.arrival_time):
         if job.arrival_time > loop.time():  # equal arrivals are submitted without a yield
             await asyncio.sleep(job.arrival_time - loop.time())
         job.arrival_time = loop.time()
-        sched.submit(job)
+        sched.submit(job, streams[job.job_id])
 
 
 async def _abort_later(sched: Scheduler, job: Job, at_s: float) -> None:
     await asyncio.sleep(at_s)
-    sched.abort(job)
+    sched.cancel(job.job_id)
 
 
 async def _reload_later(sched: Scheduler, at_s: float, config: Config,
@@ -197,22 +234,6 @@ async def _reload_later(sched: Scheduler, at_s: float, config: Config,
 async def _ticker() -> None:
     while True:  # keeps virtual time moving, so a stuck job ends in a drain timeout, not a hang
         await asyncio.sleep(10.0)
-
-
-def _collect_outputs(jobs: Sequence[Job]) -> tuple[dict[str, list[TokenDelta]],
-                                                   dict[str, list[JobEnd]]]:
-    deltas: dict[str, list[TokenDelta]] = {job.job_id: [] for job in jobs}
-    ends: dict[str, list[JobEnd]] = {job.job_id: [] for job in jobs}
-    for job in jobs:
-        while not job.outputs.empty():
-            item = job.outputs.get_nowait()
-            if isinstance(item, JobEnd):
-                ends[job.job_id].append(item)
-            else:
-                if ends[job.job_id]:
-                    deltas[job.job_id].append(TokenDelta("AFTER-END", []))
-                deltas[job.job_id].append(item)
-    return deltas, ends
 
 
 async def perfect_remaining(jobs: Sequence[Job]) -> list[float]:

@@ -11,6 +11,7 @@ import pytest
 from daemon.config import PoliciesConfig, SimConfig
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, JobStatus, KVResidency
+from daemon.core.policy import Checkpoint
 from policies.alise import ALISE, ALISEParams
 from policies.alise_wait import Holder, estimate_waits, plan_residency, work_ahead
 from tests.policies import harness
@@ -56,8 +57,10 @@ def test_outliving_the_prediction_demotes_and_doubles() -> None:
     policy = ALISE(ALISEParams(demote_factor=3.0), COST)
     running = job("r", predicted=10.0, generated=11, status=JobStatus.RUNNING)
     assert policy.next_checkpoint(job("f", predicted=10.0)) == 11
-    assert policy.on_checkpoint(running, 0.0) is True  # asks; without a predictor, a no-op
-    assert running.predicted_output_tokens == 30.0
+    # Asks for a re-prediction (without a predictor, a no-op) and demotes: 10 -> 30; the
+    # core applies it, the policy does not write the job.
+    assert policy.on_checkpoint(running, 0.0) == Checkpoint(True, 30.0)
+    assert running.predicted_output_tokens == 10.0
     assert result.scheduler.repredictor.batches == 0
 
 

@@ -112,7 +112,7 @@ def test_each_dispatch_runs_at_most_one_slice(slice_tokens: int) -> None:
     for j in result.jobs:
         assert j.status is JobStatus.FINISHED
         assert j.num_dispatches == math.ceil(len(j.generated_token_ids) / slice_tokens)
-    yields = sum(s.budget_yields for s in result.scheduler.stats.values())
+    yields = sum(lane.stats.budget_yields for lane in result.scheduler.lanes)
     assert yields == sum(j.num_dispatches - 1 for j in result.jobs)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from predictor.cli import main
-from predictor.encoder import resolve_encoder_path
+from predictor.features import resolve_encoder_path
 
 REPO = Path(__file__).resolve().parents[2]
 SERVING_TOKENIZER = REPO / "models" / "smollm2-135m-instruct"

@@ -1,4 +1,5 @@
-"""Iterative predictor: trains on K-token windows, predicts remaining tokens, per-window eval."""
+"""Iterative predictor: window examples, trains on K-token windows, predicts remaining tokens,
+per-window eval."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 
 from predictor import PredictInput, load_predictor
 from predictor.cli import main
-from predictor.records import read_records
+from predictor.iterative import baseline_remaining, log_ratio, markdown, window_examples
+from predictor.records import Message, Record, read_records
 from tests.predictor.conftest import tokenizer_dir
 
 
@@ -36,8 +38,6 @@ def test_train_predict_and_eval(small_train, tmp_path, capsys) -> None:
 def test_windows_report_compares_with_first_prediction_minus_tokens(small_train, tmp_path,
                                                                     capsys) -> None:
     from predictor import default_predictor_path
-    from predictor.window_eval import baseline_remaining
-    from predictor.windows import window_examples
 
     out = tmp_path / "it"
     assert main(["train", "--kind", "iterative", "--data", str(small_train), "--out", str(out),
@@ -67,3 +67,26 @@ def test_windows_report_compares_with_first_prediction_minus_tokens(small_train,
 def _hash(text: str) -> str:
     import hashlib
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_window_examples_stop_before_the_answer_ends() -> None:
+    response = " ".join(f"w{i}" for i in range(400))
+    records = [Record(id="a#0", messages=[Message("user", "q")], response=response,
+                      output_tokens=120),
+               Record(id="b#0", messages=[Message("user", "q")], response="ok", output_tokens=1)]
+    ex = window_examples(records, 50, 10, tokenizer_dir())
+    assert list(zip(ex.record, ex.window)) == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert ex.remaining.tolist() == [120.0, 70.0, 20.0, 1.0]
+    assert ex.partial[0] == "" and response.startswith(ex.partial[2])
+    assert len(ex.partial[2]) > len(ex.partial[1]) > 0
+
+
+def test_log_ratio_and_the_markdown_table() -> None:
+    assert log_ratio(np.asarray([10.0, 40.0]), np.asarray([20.0, 20.0])) == {
+        "log_ratio_mean": pytest.approx(0.0), "log_ratio_std": pytest.approx(np.log(2))}
+    metrics = {"mae": 1.25, "kendall_tau": 0.5, "r2": 0.25, "log_ratio_std": 0.5}
+    report = {"all": {"0": {"n": 1200, "iterative": metrics, "baseline": metrics}}}
+    lines = markdown(report, "all").splitlines()
+    assert lines[0].startswith("| j | n | iterative MAE |") and "baseline σ(log)" in lines[0]
+    assert lines[2] == "| 0 | 1,200 | 1.2 | 0.500 | 0.250 | 0.50 | 1.2 | 0.500 | 0.250 | 0.50 |"
+

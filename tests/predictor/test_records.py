@@ -1,35 +1,19 @@
-"""Record shape from the data CLI (all turns, output token counts) and JSONL round trip."""
+"""The record: JSONL round trip, validation, torn last lines; conversation text."""
 
 from __future__ import annotations
 
 import pytest
 
-from predictor.outtok import TokenCounter
-from predictor.records import Message, Record, read_records, write_records
-from predictor.sharegpt import turns_of
-from tests.predictor.conftest import tokenizer_dir
-
-
-def test_record_shape(small_train) -> None:
-    records = list(read_records(small_train))
-    assert len(records) == 600
-    counter = TokenCounter(tokenizer_dir())
-    for r in records[:50]:
-        assert r.messages[-1].role == "user"
-        assert all(m.role in ("user", "assistant", "system") for m in r.messages)
-        assert r.response.strip()
-        assert r.output_tokens == counter.count_batch([r.response])[0]
-    assert any(len(r.messages) > 1 for r in records), "later rounds must be included"
-
-
-def test_every_round_becomes_a_record() -> None:
-    conv = {"id": "c", "conversations": [
-        {"from": "system", "value": "be brief"}, {"from": "human", "value": "q1"},
-        {"from": "gpt", "value": "a1"}, {"from": "human", "value": "q2"},
-        {"from": "gpt", "value": "a2"}, {"from": "gpt", "value": "dangling"}]}
-    turns = list(turns_of(conv))
-    assert [(len(m), resp, idx) for m, resp, idx in turns] == [(2, "a1", 2), (4, "a2", 4)]
-    assert [m.role for m in turns[1][0]] == ["system", "user", "assistant", "user"]
+from predictor.records import (
+    Message,
+    Record,
+    conversation_key,
+    current_prompt,
+    is_first_turn,
+    read_records,
+    render,
+    write_records,
+)
 
 
 def test_round_trip_and_validation(tmp_path) -> None:
@@ -41,23 +25,6 @@ def test_round_trip_and_validation(tmp_path) -> None:
                     '"response": "b", "output_tokens": 1}\n')
     with pytest.raises(ValueError, match="user turn"):
         list(read_records(path))
-
-
-def test_request_log_is_resplit_and_recounted(tmp_path) -> None:
-    from predictor.cli import main
-    from predictor.split import Split, split_of
-
-    ids = [f"req-{i}" for i in range(40)]
-    log = tmp_path / "log.jsonl"
-    write_records(log, [Record(id=i, messages=[Message("user", "q")], response="a b c",
-                               output_tokens=999) for i in ids])
-    out = tmp_path / "train.jsonl"
-    assert main(["data", "--source", "log", "--input", str(log), "--split", "train",
-                 "--tokenizer", tokenizer_dir(), "--out", str(out)]) == 0
-    kept = list(read_records(out))
-    assert [r.id for r in kept] == [i for i in ids if split_of(i) is Split.TRAIN]
-    assert all(r.output_tokens == TokenCounter(tokenizer_dir()).count_batch(["a b c"])[0]
-               for r in kept)
 
 
 def test_torn_last_line_is_skipped_with_a_warning(tmp_path, caplog) -> None:
@@ -79,26 +46,25 @@ def test_torn_last_line_is_skipped_with_a_warning(tmp_path, caplog) -> None:
         list(read_records(path))
 
 
-def test_train_on_the_daemons_request_log(small_train, tmp_path, caplog) -> None:
-    """`predictor train --data LOG` on a log written by the daemon's own RequestLog, with a
-    torn last line (the daemon was killed mid-write)."""
-    from daemon.requestlog import RequestLog
-    from predictor import PredictInput, load_predictor
-    from predictor.cli import main
+def test_write_leaves_no_temp_file(tmp_path) -> None:
+    path = tmp_path / "r.jsonl"
+    assert write_records(path, []) == 0
+    assert path.read_bytes() == b"" and [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
 
-    log_path = tmp_path / "requests.jsonl"
-    log = RequestLog(str(log_path))
-    records = list(read_records(small_train))[:300]
-    for i, r in enumerate(records):
-        log.append(f"chatcmpl-{i:04x}", list(r.messages), r.response, r.output_tokens)
-    log.close()
-    with open(log_path, "ab") as f:
-        f.write(b'{"id":"chatcmpl-torn","messages":[{"role":"user","cont')
-    out = tmp_path / "from_log"
-    with caplog.at_level("WARNING", logger="predictor.records"):
-        assert main(["train", "--kind", "proxy", "--data", str(log_path), "--out", str(out),
-                     "--epochs", "1", "--dev-limit", "0"]) == 0
-    assert "torn last line" in caplog.text
-    predictor = load_predictor(out)
-    got = predictor.predict_quantiles([PredictInput.from_record(records[0])])
-    assert 1.0 <= got[0][0] <= got[0][1]
+
+def test_conversation_text_is_role_tagged_oldest_first() -> None:
+    turns = [Message("system", "be brief"), Message("user", "q1"), Message("assistant", "a1"),
+             Message("user", "q2")]
+    assert render(turns) == "system: be brief\nuser: q1\nassistant: a1\nuser: q2"
+    assert current_prompt(turns) == "q2" and current_prompt([]) == ""
+
+
+def test_conversation_key_and_first_turn() -> None:
+    assert conversation_key("abc#3") == "abc"
+    assert conversation_key("a#b#2") == "a#b"
+    assert conversation_key("chatcmpl-1") == "chatcmpl-1"
+    first = Record(id="c#1", messages=[Message("system", "s"), Message("user", "q")],
+                   response="a", output_tokens=1)
+    later = Record(id="c#3", messages=[*first.messages, Message("assistant", "a"),
+                                       Message("user", "q2")], response="b", output_tokens=1)
+    assert is_first_turn(first) and not is_first_turn(later)

@@ -1,4 +1,5 @@
-"""Retrieval: online insert, persistence across restart, torn writes, proxy fallback."""
+"""Retrieval: neighbour estimate and blend, online insert, persistence across restart, torn
+writes, proxy fallback."""
 
 from __future__ import annotations
 
@@ -6,14 +7,14 @@ import shutil
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 
 from predictor import PredictInput, load_predictor
 from predictor.cli import main
-from predictor.index import VectorIndex
 from predictor.manifest import read_manifest, write_manifest
 from predictor.records import Message
-from predictor.retrieval import INDEX_FILE
+from predictor.retrieval import INDEX_FILE, blend, neighbour_estimate
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +77,12 @@ def test_corrupt_index_everywhere_falls_back_to_proxy(trained, tmp_path) -> None
     assert predictor.predict([inp]) == predictor.proxy.predict([inp])
 
 
-def test_index_bytes_round_trip() -> None:
-    import numpy as np
-
-    index = VectorIndex(3)
-    index.add(np.eye(3, dtype=np.float32), np.array([5, 6, 7]))
-    again = VectorIndex.from_bytes(index.to_bytes())
-    sims, lens = again.search(np.array([[0, 1, 0]], np.float32), 1)
-    assert lens.tolist() == [[6]] and abs(sims[0, 0] - 1.0) < 1e-6
+def test_neighbour_estimate_weighs_by_similarity_above_the_threshold() -> None:
+    sims = np.asarray([[0.95, 0.92, 0.5], [0.95, -np.inf, -np.inf]])
+    lens = np.asarray([[100, 300, 5000], [40, 0, 0]])
+    hit, est = neighbour_estimate(sims, lens, 0.9, 1)
+    assert hit.tolist() == [True, True]
+    assert est[0] == pytest.approx((0.95 * 100 + 0.92 * 300) / (0.95 + 0.92)) and est[1] == 40
+    assert neighbour_estimate(sims, lens, 0.9, 2)[0].tolist() == [True, False]
+    assert blend(np.asarray([100.0]), np.asarray([1.0]), 0.5)[0] == pytest.approx(10.0)
+    assert blend(np.asarray([100.0]), np.asarray([7.0]), 1.0)[0] == pytest.approx(100.0)

@@ -5,6 +5,7 @@ the same place with the same text."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,30 +13,32 @@ import pytest
 import pytest_asyncio
 
 from daemon.config import Config, EngineConfig, ModelConfig
-from daemon.core.job import Job, SamplingSpec, StopRequest, TokenDelta
-from daemon.executors.base import Outcome
+from daemon.core.events import Event
+from daemon.core.job import Job, SamplingSpec, StopRequest
 from daemon.executors.vllm import VLLMExecutor
 from daemon.tokenizer import Tokenizer
-from tests.executors.test_vllm import Recorder, _wait_tokens
+from tests.executors.driver import Driver
 
 pytestmark = pytest.mark.engine
 
-Engine = tuple[VLLMExecutor, Recorder, list[int]]
+Engine = tuple[Driver, list[int]]
 PENALTIES = {"presence_penalty": 0.8, "frequency_penalty": 0.6}
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def engine(smollm2_model: Path) -> AsyncIterator[Engine]:
     # float32: a resumed job's tokens are re-prefilled; bf16 could flip greedy near-ties.
-    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=1024,
-                                      dtype="float32"),
-                    engine=EngineConfig(max_num_seqs=4))
-    executor = VLLMExecutor("cpu-0", "cpu", config)
-    executor.on_stop = recorder = Recorder()
+    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=1024),
+                    engine=EngineConfig(max_num_seqs=4, vllm_args={"dtype": "float32"}))
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    executor = VLLMExecutor("cpu-0", "cpu", config, inbox)
     await executor.start()
+    driver = Driver(executor, inbox)
+    driver.start()
     prompt = Tokenizer(str(smollm2_model)).encode_chat(
         [{"role": "user", "content": "List ten fruits and say one thing about each."}])
-    yield executor, recorder, prompt
+    yield driver, prompt
+    await driver.close()
     await executor.shutdown()
 
 
@@ -44,38 +47,26 @@ def _job(prompt: list[int], job_id: str, max_tokens: int, **sampling: object) ->
     return Job(job_id, prompt, spec, 0.0)
 
 
-def _text(job: Job) -> str:
-    items = [job.outputs.get_nowait() for _ in range(job.outputs.qsize())]
-    return "".join(item.text for item in items if isinstance(item, TokenDelta))
-
-
-async def _run(executor: VLLMExecutor, recorder: Recorder, job: Job,
-               budget: int | None = None) -> tuple[Outcome, str | None]:
-    executor.launch(job, budget, 0)
-    _, outcome, detail = await recorder.next_stop()
-    return outcome, detail
-
-
 @pytest.mark.asyncio(loop_scope="module")
 async def test_penalties_count_the_tokens_before_a_preemption(engine: Engine) -> None:
-    executor, recorder, prompt = engine
+    driver, prompt = engine
     plain = _job(prompt, "plain", 80)
     whole = _job(prompt, "whole", 80, **PENALTIES)
-    assert await _run(executor, recorder, plain) == (Outcome.FINISHED, "length")
-    assert await _run(executor, recorder, whole) == (Outcome.FINISHED, "length")
+    assert (await driver.run(plain)).finish_reason == "length"
+    assert (await driver.run(whole)).finish_reason == "length"
     # The penalties change this answer, so a resume that forgot them would show.
     assert whole.generated_token_ids != plain.generated_token_ids
 
     cut = _job(prompt, "cut", 80, **PENALTIES)
     for stop_at in (6, 25, 50):  # three preemptions at different depths
-        executor.launch(cut, None, 0)
-        await _wait_tokens(cut, stop_at)
-        executor.request_stop(cut, StopRequest.PREEMPT)
-        assert (await recorder.next_stop())[1] is Outcome.YIELDED
+        driver.launch(cut)
+        await driver.wait_tokens(cut, stop_at)
+        driver.stop(cut, StopRequest.PREEMPT)
+        assert (await driver.next_stop()).finish_reason is None  # cut early
     assert cut.num_generated_tokens < 80
-    assert await _run(executor, recorder, cut) == (Outcome.FINISHED, "length")
+    assert (await driver.run(cut)).finish_reason == "length"
     assert cut.generated_token_ids == whole.generated_token_ids
-    assert _text(cut) == _text(whole)
+    assert await driver.text(cut) == await driver.text(whole)
 
 
 def _straddling_stop(full: str, head: str) -> str:
@@ -88,20 +79,21 @@ def _straddling_stop(full: str, head: str) -> str:
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_stop_string_across_the_cut_is_found(engine: Engine) -> None:
-    executor, recorder, prompt = engine
+    driver, prompt = engine
     reference, head = _job(prompt, "reference", 60), _job(prompt, "head", 24)
-    await _run(executor, recorder, reference)
-    await _run(executor, recorder, head)
-    full, head_text = _text(reference), _text(head)
+    await driver.run(reference)
+    await driver.run(head)
+    full, head_text = await driver.text(reference), await driver.text(head)
     stop = _straddling_stop(full, head_text)
 
     whole = _job(prompt, "whole-stop", 60, stop=(stop,))
-    assert await _run(executor, recorder, whole) == (Outcome.FINISHED, "stop")
-    assert _text(whole) == full[:len(head_text) - 3]
+    assert (await driver.run(whole)).finish_reason == "stop"
+    assert await driver.text(whole) == full[:len(head_text) - 3]
 
     cut = _job(prompt, "cut-stop", 60, stop=(stop,))
-    assert await _run(executor, recorder, cut, budget=24) == (Outcome.YIELDED, None)
+    # A slice of 24 tokens: the engine ends it ("length") with budget left, so it goes on.
+    assert (await driver.run(cut, budget=24)).finish_reason == "length"
     assert cut.num_generated_tokens == 24
-    assert await _run(executor, recorder, cut) == (Outcome.FINISHED, "stop")
-    assert _text(cut) == full[:len(head_text) - 3]
+    assert (await driver.run(cut)).finish_reason == "stop"
+    assert await driver.text(cut) == full[:len(head_text) - 3]
     assert cut.generated_token_ids == whole.generated_token_ids

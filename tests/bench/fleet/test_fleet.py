@@ -14,8 +14,9 @@ from bench.fleet.report import FleetResults, saturation_size, vs_linear
 from bench.fleet.run import capacity_rps, steady_throughput, window_arrival_rps
 from bench.metrics import RequestResult
 from bench.sim import SimOptions
-from bench.sim.overrides import build_config
+from bench.sim.overrides import build_config, build_sim
 from bench.workload import Message, Request, at_rate
+from daemon.executors.settings import SimConfig
 from tests.bench.records import long_and_short
 
 # Every step costs 10 ms whatever the batch: a 10-token job alone takes 0.1 s.
@@ -24,14 +25,14 @@ _FLAT = ["sim.prefill_base_s=0.0", "sim.prefill_per_token_s=0.0", "sim.decode_ba
 
 
 def test_capacity_is_the_backlogged_service_rate() -> None:
-    config = build_config(overrides=[*_FLAT, "scheduler.policy=ssjf",
-                                     "scheduler.max_running=2"])
+    config = build_config(overrides=["scheduler.policy=ssjf", "scheduler.max_running=2"])
+    flat = build_sim(SimConfig(), _FLAT)
     reqs = [Request(i, 5.0 * i, [Message("user", "x")], 8, 50) for i in range(40)]
     # 2 slots, 50 steps of 10 ms per job, and a freed slot joins the batch a step later:
     # 2 / 0.51 s per executor, twice that on two; the arrival times are ignored.
     one = 2 / 0.51
-    assert capacity_rps(reqs, SimOptions(config=config)) == pytest.approx(one, rel=0.03)
-    assert capacity_rps(reqs, SimOptions(config=config, executors=2)) == pytest.approx(
+    assert capacity_rps(reqs, SimOptions(config=config, sim=flat)) == pytest.approx(one, rel=0.03)
+    assert capacity_rps(reqs, SimOptions(config=config, sim=flat, executors=2)) == pytest.approx(
         2 * one, rel=0.06)
 
 

@@ -65,3 +65,22 @@ def test_shorthands_are_overrides(tmp_path: Path) -> None:
     # --set comes last: it wins over a shorthand
     both = p.parse_args(["--policy", "ssjf", "--set", "scheduler.policy=alise"])
     assert config_from_args(both).scheduler.policy == "alise"
+
+
+def test_sim_items_set_the_simulated_engine_not_the_config(tmp_path: Path) -> None:
+    from bench.sim.cli import sim_from_args
+    from daemon.executors.settings import SimConfig
+
+    p = argparse.ArgumentParser()
+    add_config_arguments(p)
+    profile = Path(__file__).resolve().parents[3] / "bench" / "profiles" / "tiny-llama-cpu.json"
+    args = p.parse_args(["--profile", str(profile), "--set", "sim.decode_base_s=0.5",
+                         "--set", "scheduler.trust_budget=false"])  # a benchmark knob: fine
+    config = config_from_args(args)
+    assert not config.scheduler.trust_budget
+    sim = sim_from_args(args, config)
+    assert sim.decode_base_s == 0.5  # --set wins over the profile
+    assert sim.prefill_base_s != SimConfig().prefill_base_s  # the rest is the profile's
+    bad = p.parse_args(["--set", "sim.decode_base_s=-1"])
+    with pytest.raises(ConfigError, match=r"sim\.decode_base_s = -1: Expected `float` >= 0"):
+        sim_from_args(bad, config_from_args(bad))

@@ -9,7 +9,7 @@ import pytest
 from bench.sim import SimOptions, simulate
 from bench.sim.overrides import build_config
 from bench.sim.router import make_route, outstanding_tokens, queue_length
-from bench.sim.run import make_job, start_scheduler, stop
+from bench.sim.run import NullStream, make_job, start_daemon
 from bench.workload import Message, Request
 from daemon.executors.virtualclock import VirtualClockLoop
 
@@ -22,22 +22,25 @@ def _req(i: int, out: int, at: float = 0.0) -> Request:
 
 async def _scores() -> list[str]:
     opts = SimOptions(config=_CONFIG)
-    daemons = [await start_scheduler(opts) for _ in range(2)]
-    a, b = (sched for sched, _ in daemons)
-    try:  # no run task: submitted jobs stay waiting, where the scores see them
-        a.submit(make_job(_req(0, 900), 900.0, opts, 0.0))
+    daemons = [await start_daemon(opts) for _ in range(2)]
+    a, b = (daemon.scheduler for daemon in daemons)
+    try:  # no core loop: submitted jobs wait, where the scores see them
+        a.submit(make_job(_req(0, 900), 900.0, opts, 0.0), NullStream())
         for i in (1, 2):
-            b.submit(make_job(_req(i, 10), 10.0, opts, 0.0))
-        assert (queue_length(a), queue_length(b)) == (1, 2)
+            b.submit(make_job(_req(i, 10), 10.0, opts, 0.0), NullStream())
+        assert (queue_length(a), queue_length(b)) == (1, 2)  # counted from the inbox on
+        for sched in (a, b):
+            while not sched.inbox.empty():  # what the loop would take in, without launches
+                sched.handle(sched.inbox.get_nowait())
         assert (outstanding_tokens(a), outstanding_tokens(b)) == (900.0, 20.0)
         new = make_job(_req(3, 10), 10.0, opts, 0.0)
         rr = make_route("round_robin", [a, b])
         picks = [make_route(name, [a, b])(new) for name in ("least_queue", "predicted")]
         return [("a" if s is a else "b") for s in [*picks, rr(new), rr(new), rr(new)]]
     finally:
-        for sched, exs in daemons:
-            await sched.abort_all(1.0)
-            await stop(sched, asyncio.create_task(asyncio.sleep(0)), exs)
+        for daemon in daemons:
+            daemon.tasks.append(asyncio.create_task(daemon.scheduler.run()))
+            await daemon.stop(abort=True)
 
 
 def test_scores_read_each_daemons_queue() -> None:

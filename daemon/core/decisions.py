@@ -1,0 +1,97 @@
+"""A decision round's choices: which waiting job to launch where, and which running jobs
+waiting ones should replace now.
+
+Each rule yields its choices one at a time, in order, and the core acts on each (launches
+it, or stops it) before the rule goes on: generators, so the policy sees every earlier
+choice's effect, as when the core asked inline. Preemption counts slots already being freed
+by earlier preemptions; a promoted job, one at the policy's preemption bound, and one that
+cannot resume exactly are never victims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from daemon.core import guard
+from daemon.core.job import Job, StopRequest
+from daemon.core.policy import DispatchContext, ExecutorView, Policy
+
+
+def assignments(ctx: DispatchContext, policy: Policy, lookahead: bool
+                ) -> Iterator[tuple[Job, ExecutorView]]:
+    """(waiting job, executor with a free slot) to launch, while slots are free: jobs
+    promoted by aging first, whatever the policy; else the policy's pick, unless the
+    look-ahead guard (core/guard.py, with `lookahead`) starts the earliest deadline instead.
+    A job launched because of its bound is marked promoted (never preempted)."""
+    for _ in range(sum(ex.free_slots for ex in ctx.executors)):
+        promoted = ctx.waiting.oldest_promoted(ctx.now)  # aging beats every policy
+        pick: tuple[Job, ExecutorView] | None
+        if promoted is not None:
+            free = ctx.free_executors()
+            pick = (promoted, policy.choose_executor(promoted, free)) if free else None
+        else:
+            pick = policy.next_assignment(ctx)
+            if pick is not None and lookahead:
+                pick = _guard(pick, ctx, policy)
+        if pick is None:
+            return
+        pick[0].promoted = pick[0] is promoted or pick[0].promoted
+        yield pick
+
+
+def _guard(pick: tuple[Job, ExecutorView], ctx: DispatchContext, policy: Policy
+           ) -> tuple[Job, ExecutorView]:
+    slots = sum(ex.max_running for ex in ctx.executors)
+    head = guard.overrule(pick[0], ctx.waiting, policy.service_s, ctx.running_jobs(), slots,
+                          ctx.now)
+    if head is None:
+        return pick
+    head.promoted = True
+    return head, policy.choose_executor(head, ctx.free_executors())
+
+
+def preemptible(ctx: DispatchContext, limit: int | None) -> tuple[int, list[Job]]:
+    """(running jobs already being preempted, jobs that may still be), with `limit` the most
+    preemptions one job may suffer (None: unbounded)."""
+    pending, eligible = 0, []
+    for job in ctx.running_jobs():
+        if job.stop_request == StopRequest.PREEMPT:
+            pending += 1
+        elif (job.stop_request is None and not job.promoted and job.resumes_exactly
+              and (limit is None or job.num_preemptions < limit)):
+            eligible.append(job)
+    return pending, eligible
+
+
+def for_promoted(ctx: DispatchContext, policy: Policy) -> Iterator[Job]:
+    """Jobs past their wait bound that found no free slot each replace the running job with
+    the most predicted work left, if that is more than their own: the bound holds even when
+    long jobs hold every slot."""
+    pending, eligible = preemptible(ctx, policy.max_preemptions)
+    if not eligible:
+        return
+    service = policy.service_s
+    for candidate in ctx.waiting.promoted(ctx.now, pending + len(eligible))[pending:]:
+        victim = max(eligible, key=service)
+        if service(victim) <= service(candidate):
+            return
+        eligible.remove(victim)
+        yield victim
+        if not eligible:
+            return
+
+
+def by_policy(ctx: DispatchContext, policy: Policy) -> Iterator[Job]:
+    """Each waiting job in order may replace one running job, as long as the policy says it
+    pays (Policy.choose_victim)."""
+    pending, eligible = preemptible(ctx, policy.max_preemptions)
+    if not eligible:
+        return
+    for candidate in ctx.waiting.best(ctx.now, pending + len(eligible))[pending:]:
+        victim = policy.choose_victim(candidate, eligible, ctx.now)
+        if victim is None or victim not in eligible:
+            return
+        eligible.remove(victim)
+        yield victim
+        if not eligible:
+            return

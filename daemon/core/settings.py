@@ -1,0 +1,72 @@
+"""The scheduler core's settings: `[scheduler]` and `[scheduler.aging]`.
+
+The core reads only this struct (handed in by the daemon's wiring), so this module imports
+nothing from daemon/: daemon.config collects it into the operator's tree, benchmarks build
+it directly. Constraints are declared on the fields; the one check that spans rooms
+(max_running <= engine.max_num_seqs) and the policy name (the registry's) are daemon.config's.
+
+`BENCH_KNOB` marks a field that only benchmarks and tests set: its default is the
+operator's, and an operator's file that names it is refused as unknown (docs/benchmarks.md,
+"Benchmark knobs"). Every room marks its own that way.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+BENCH_KNOB = msgspec.Meta(extra={"bench_knob": True})
+
+_NonNegative = msgspec.Meta(ge=0)
+
+
+class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """[scheduler.aging]: every wait is bounded on the workload's own time scale.
+
+    A job's bound is slowdown x the typical predicted service time (an EWMA over arriving
+    jobs of the seconds each needs once it runs in a full batch, from the cost model), at
+    least min_wait_s and at most promote_after_s. A job whose total wait (all its waits:
+    first, and after each preemption or slice) reaches its bound is promoted ahead of every
+    non-promoted job, earliest deadline first, and is no longer preempted.
+    """
+
+    # The tail knob: a job may wait this many typical service times (0 = only the absolute
+    # bound below). Lower: tail nearer FCFS's; higher: mean nearer the policy's own.
+    slowdown: Annotated[float, _NonNegative] = 4.0
+    # Absolute backstop (s): no job waits longer than this in total, whatever its size.
+    promote_after_s: Annotated[float, msgspec.Meta(gt=0)] = 60.0
+    # Seconds every job may wait before its bound applies (a floor, <= promote_after_s).
+    min_wait_s: Annotated[float, _NonNegative, BENCH_KNOB] = 0.0
+    # A promoted job that finds no free slot preempts the running job with the most
+    # predicted work left (if that is more than its own), for every policy.
+    preempt: Annotated[bool, BENCH_KNOB] = True
+    # Before launching the policy's pick, check that no waiting job would then miss its
+    # bound that it meets if jobs start in deadline order (the first 64 deadlines); if one
+    # would, the earliest deadline goes first. Acts before a bound is missed, not after.
+    lookahead: Annotated[bool, BENCH_KNOB] = True
+    # False: no bound at all (comparisons with a policy's own starvation behaviour).
+    enabled: Annotated[bool, BENCH_KNOB] = True
+
+
+class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    # Policy name from the registry in policies/: fcfs, ssjf, hrrn, isrtf, alise, scls;
+    # oracle-sjf and oracle-srpt need true lengths (benchmarks only).
+    policy: str = "fcfs"
+    # Jobs admitted to one executor at once; the rest wait in lengthwise, where the policy
+    # orders them. Must be <= engine.max_num_seqs.
+    max_running: Annotated[int, msgspec.Meta(ge=1)] = 4
+    # Waiting jobs beyond this are refused with 429.
+    max_waiting: Annotated[int, _NonNegative] = 1024
+    # Learn the factor between predicted and actual lengths from jobs that stopped by
+    # themselves, and scale predictions by it (core/calibration.py); off only to measure
+    # what it buys.
+    calibrate_lengths: Annotated[bool, BENCH_KNOB] = True
+    # A request's max_tokens caps its predicted length. Benchmarks that force every output
+    # length through max_tokens turn it off: there the cap hands policies the truth.
+    trust_budget: Annotated[bool, BENCH_KNOB] = True
+    # Executor for a job: by predicted outstanding work (the policy's own), or as routers
+    # do (least_queue, round_robin: the fleet benchmark's comparisons).
+    placement: Annotated[Literal["predicted", "least_queue", "round_robin"],
+                         BENCH_KNOB] = "predicted"
+    aging: AgingConfig = msgspec.field(default_factory=AgingConfig)

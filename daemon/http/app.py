@@ -80,7 +80,7 @@ def build_app(service: Service) -> Starlette:
         exception_handlers={ApiError: on_api_error, HTTPException: on_http_error,
                             Exception: on_crash},
         middleware=[Middleware(ConnectionCap, limit=lambda: service.config.server.max_connections,
-                               retry_after_s=service.retry_after_s, on_refused=count_error)],
+                               retry_after_s=service.retry_after_s, count_refusal=count_error)],
     )
     app.state.metrics = metrics
     return app

@@ -22,11 +22,11 @@ _EXEMPT = frozenset({"/health", "/metrics"})
 
 class ConnectionCap:
     def __init__(self, app: ASGIApp, limit: Callable[[], int], retry_after_s: Callable[[], int],
-                 on_refused: Callable[[ApiError], None]) -> None:
+                 count_refusal: Callable[[ApiError], None]) -> None:
         self.app = app
         self.limit = limit  # read per request: the config object may be replaced
         self.retry_after_s = retry_after_s
-        self.on_refused = on_refused
+        self.count_refusal = count_refusal
         self.open = 0  # connections with a request in flight, exempt paths aside
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -37,7 +37,7 @@ class ConnectionCap:
             refusal = ApiError(503, f"too many open connections (limit {self.limit()}); "
                                "retry later", "server_error", code="too_many_connections",
                                retry_after_s=self.retry_after_s())
-            self.on_refused(refusal)
+            self.count_refusal(refusal)
             response = refusal.response()
             response.headers["connection"] = "close"
             await response(scope, receive, send)

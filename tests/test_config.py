@@ -132,25 +132,6 @@ def test_the_environment_lets_a_bench_daemon_load_knobs(tmp_path: Path,
     assert not config.load(path).scheduler.trust_budget
 
 
-def test_vllm_args_pass_through_over_lengthwise_defaults() -> None:
-    loaded = config.decode('[engine]\nvllm_args = { dtype = "float32", enforce_eager = false,'
-                           ' num_gpu_blocks_override = 40 }\n')
-    assert loaded.engine.engine_args() == {"enforce_eager": False, "enable_prefix_caching": True,
-                                           "dtype": "float32", "num_gpu_blocks_override": 40}
-
-
-def test_vllm_args_names_are_checked_against_the_installed_vllm() -> None:
-    from daemon import preflight
-
-    known = preflight.vllm_engine_arguments()
-    if known is None:
-        pytest.skip("vLLM is not installed")
-    assert {"dtype", "num_gpu_blocks_override", "enforce_eager"} <= known
-    assert preflight._vllm_args_problems(["dtype", "dtipe"]) == [
-        ("engine.vllm_args.dtipe: the installed vLLM has no engine argument of that name "
-        "(vllm.engine.arg_utils.AsyncEngineArgs)")]
-
-
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         config.load(tmp_path / "absent.toml")
@@ -186,19 +167,6 @@ def test_costmodel_profile_drives_policies_and_a_bad_one_is_refused(tmp_path: Pa
     for path in (bad, tmp_path / "missing.json"):
         with pytest.raises(ConfigError, match="costmodel.profile"):
             config.decode(f'[costmodel]\nprofile = "{path}"\n')
-
-
-@pytest.mark.parametrize("policy", ["alise", "isrtf"])
-def test_offload_without_kvstore_is_warned_about(policy: str,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
-    off = f'[scheduler]\npolicy = "{policy}"\n[policies.{policy}]\noffload = true\n'
-    with caplog.at_level("WARNING", logger="daemon.policysetup"):
-        make_policy(config.decode(off))
-        assert f"policies.{policy}.offload is on but [kvstore] is not enabled" in caplog.text
-        caplog.clear()
-        make_policy(config.decode(off + "[kvstore]\nenabled = true\n"))
-        make_policy(config.decode(f'[scheduler]\npolicy = "{policy}"\n'))
-    assert not caplog.text
 
 
 def test_rooms_own_their_settings_and_config_modules_form_no_cycle() -> None:

@@ -46,6 +46,14 @@ class FakeExecutor:
         return self
 
 
+def work_vs_queue_pair() -> tuple[FakeExecutor, FakeExecutor]:
+    """'a' runs one long job, 'b' two short ones: predicted work and queue length disagree."""
+    a = FakeExecutor("a", max_running=4).admit(job("x", predicted=900.0))
+    b = FakeExecutor("b", max_running=4).admit(job("y", predicted=50.0),
+                                               job("z", predicted=60.0))
+    return a, b
+
+
 def context(policy: Policy, waiting: list[Job], executors: list[FakeExecutor],
             now: float = 0.0, promote_after_s: float | None = None) -> DispatchContext:
     queue = WaitQueue(policy.order_key,

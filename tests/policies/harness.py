@@ -65,6 +65,15 @@ class Result:
         return [job.job_id for job in sorted(done, key=lambda j: (j.finish_time, j.job_id))]
 
 
+def first_dispatch_order(result: Result) -> list[str]:
+    """Job ids in the order of their first launch."""
+    seen: list[str] = []
+    for d in result.dispatches:
+        if d.job_id not in seen:
+            seen.append(d.job_id)
+    return seen
+
+
 class CheckedSim(SimExecutor):
     """A SimExecutor that records any job launched while another executor runs it."""
 

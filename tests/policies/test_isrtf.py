@@ -1,4 +1,5 @@
-"""ISRTF: re-prediction windows off the loop, failures, margin, classes, preemption bound."""
+"""ISRTF: re-prediction windows, margin, classes, preemption bound (batching and failures of
+the re-predictions themselves: core/test_repredict.py)."""
 
 from __future__ import annotations
 
@@ -36,38 +37,6 @@ def test_remaining_is_repredicted_every_window_from_partial_output() -> None:
     assert j.status is JobStatus.FINISHED and len(j.generated_token_ids) == 55
     # The last answer (5 left at 50) was set against the count when it was asked.
     assert j.predicted_output_tokens == pytest.approx(55.0, abs=1.0)
-
-
-def test_simultaneous_checkpoints_share_one_batch() -> None:
-    sizes: list[int] = []
-
-    async def predictor(jobs: Sequence[Job]) -> list[float]:
-        sizes.append(len(jobs))
-        await asyncio.sleep(0.05)
-        return [100.0] * len(jobs)
-
-    workload = [Spec(0.0, 30, 80, predicted=80.0) for _ in range(4)]
-    params = PoliciesConfig(isrtf=ISRTFParams(window_tokens=10))
-    harness.run(harness.make_config("isrtf", max_running=4, policies=params), workload,
-                predictor=predictor)
-    assert sizes == [4] * 7  # 4 jobs x 7 windows (10..70 of 80 tokens), 7 calls
-
-
-@pytest.mark.parametrize("behaviour", ["raise", "hang", "wrong-count"])
-def test_a_failing_predictor_keeps_old_predictions_and_loses_no_job(behaviour: str) -> None:
-    async def predictor(jobs: Sequence[Job]) -> list[float]:
-        if behaviour == "raise":
-            raise RuntimeError("model exploded")
-        if behaviour == "hang":
-            await asyncio.sleep(3600)
-        return []
-
-    workload = [Spec(0.01 * i, 30, 40, predicted=33.0) for i in range(3)]
-    result = harness.run(config(window=10, repredict_timeout_s=0.5), workload,
-                         predictor=predictor)
-    assert all(j.status is JobStatus.FINISHED for j in result.jobs)
-    assert all(j.predicted_output_tokens == 33.0 for j in result.jobs)
-    assert result.scheduler.repredictor.failures >= 1
 
 
 def test_victim_choice_margin_and_classes() -> None:

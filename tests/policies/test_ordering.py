@@ -8,19 +8,11 @@ from daemon.config import PoliciesConfig
 from policies.isrtf import ISRTFParams
 from policies.scls import SCLSParams
 from tests.policies import harness
-from tests.policies.harness import Spec
+from tests.policies.harness import Spec, first_dispatch_order
 
 LENGTH_AWARE = ["ssjf", "isrtf", "alise", "oracle-sjf", "oracle-srpt"]
 PREEMPTIVE = ["isrtf", "alise", "oracle-srpt"]
 LENGTHS = [64, 9, 150, 31, 5, 97, 18, 44]
-
-
-def first_dispatch_order(result: harness.Result) -> list[str]:
-    seen: list[str] = []
-    for d in result.dispatches:
-        if d.job_id not in seen:
-            seen.append(d.job_id)
-    return seen
 
 
 @pytest.mark.parametrize("policy", LENGTH_AWARE)
@@ -90,13 +82,6 @@ def test_running_job_near_its_end_is_not_preempted(policy: str) -> None:
     assert long.generated_token_ids and len(long.generated_token_ids) == 300
 
 
-@pytest.mark.parametrize("policy", ["ssjf", "oracle-sjf"])
-def test_sjf_never_preempts(policy: str) -> None:
-    workload = [Spec(0.0, 40, 400, predicted=400.0), Spec(0.2, 40, 20, predicted=20.0)]
-    result = harness.run(harness.make_config(policy, max_running=1), workload)
-    assert result.by_finish() == [result.jobs[0].job_id, result.jobs[1].job_id]
-
-
 def test_isrtf_margin_decides_preemption() -> None:
     """A newcomer with 100 tokens vs a runner with ~190 left: preempts at margin 0.5, not 1.0."""
     workload = [Spec(0.0, 40, 200, predicted=200.0), Spec(0.1, 40, 100, predicted=100.0)]
@@ -118,18 +103,3 @@ def test_isrtf_follows_reprediction_not_first_guess() -> None:
     informed = harness.run(config, workload, predictor=harness.perfect_remaining)
     assert informed.by_finish() == [informed.jobs[1].job_id, informed.jobs[0].job_id]
     assert informed.scheduler.repredictor.jobs > 0
-
-
-def test_hrrn_lets_a_long_job_that_waited_go_before_a_fresh_short_one() -> None:
-    """HRRN: the ratio (wait + S) / S grows with waiting, so a long job that waited through
-    a long run beats a short job that just arrived; ssjf takes the short one."""
-    head = Spec(0.0, 40, 300, predicted=300.0)
-    alone = harness.run(harness.make_config("fcfs", max_running=1), [head]).jobs[0]
-    frees_at = alone.finish_time or 0.0
-    workload = [head, Spec(0.01, 40, 60, predicted=60.0),
-                Spec(frees_at - 0.01, 40, 5, predicted=5.0)]
-    order = {policy: first_dispatch_order(harness.run(
-        harness.make_config(policy, max_running=1), workload)) for policy in ("hrrn", "ssjf")}
-    first, long, short = (f"j{i:03d}" for i in range(3))
-    assert order["hrrn"] == [first, long, short]
-    assert order["ssjf"] == [first, short, long]

@@ -136,13 +136,16 @@ class Predictions:
     def _load(self, path: str, iterative: bool) -> Any:
         import torch
 
-        from predictor import load_predictor
+        from predictor import PredictInput, load_predictor
         from predictor.loader import model_fingerprint
 
         torch.set_num_threads(self.config.threads)  # the engines need the other cores
         folder = _folder(path, iterative)
         fingerprint = model_fingerprint(folder)
         predictor = load_predictor(folder)
+        if not iterative:  # warm: the first request must not pay for lazy initialisation
+            probe = PredictInput.from_openai([{"role": "user", "content": _PROBE}])
+            predictor.predict_with_upper([probe], self.upper_quantile)
         self._fingerprints[iterative] = fingerprint
         return predictor
 
@@ -185,7 +188,8 @@ class Predictions:
             return None
         new = load_predictor(folder)
         probe = PredictInput.from_openai([{"role": "user", "content": _PROBE}])
-        values = new.predict_remaining([(probe, "")]) if iterative else new.predict([probe])
+        values = (new.predict_remaining([(probe, "")]) if iterative
+                  else new.predict_with_upper([probe], self.upper_quantile)[0])  # and warms it
         if len(values) != 1 or not all(math.isfinite(v) and v >= 1.0 for v in values):
             raise ValueError(f"{folder}: probe prediction {values!r} is not a length")
         self._fingerprints[iterative] = fingerprint

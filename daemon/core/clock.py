@@ -23,9 +23,10 @@ Idle gaps never count: an interval is a step sample only if some job got tokens 
 steps (the engine had work all along); a lane that empties forgets its last step.
 
 Fit: non-negative least squares on relative error (as `lengthwise profile` fits) over the
-last WINDOW samples, pulled weakly toward the prior (the configured cost model,
-PRIOR_WEIGHT), so that terms the traffic does not vary (a batch that is always 4) keep the
-prior's split; one trimming pass drops outliers (a GC pause, a late loop). It
+last WINDOW samples, pulled weakly toward the prior (the configured cost model, scaled by
+how much faster or slower the engine is overall; PRIOR_WEIGHT), so that terms the traffic
+does not vary (a batch that is always 4) keep the prior's ratio; one trimming pass drops
+outliers (a GC pause, a late loop). It
 refits after 8, 16, 32, ... samples, then every REFIT_EVERY: within the first second of
 traffic on a CPU engine (steps of a few ms), for ~1 ms of the loop's time per fit.
 """
@@ -41,8 +42,9 @@ from scipy.optimize import nnls
 from daemon.core.costmodel import TERMS, CostModel
 
 WINDOW = 1024  # most recent step samples the fit reads
-# Pull toward the prior: a term off by a typical step's worth costs what one sample 10 %
-# off costs. Weak on purpose: it only settles what the traffic does not vary.
+# Pull toward the prior (scaled to the engine's overall speed): a term 100 % off it costs
+# what one sample 10 % off costs. Weak on purpose: it only settles what the traffic does not
+# vary.
 PRIOR_WEIGHT = 0.01
 MIN_SAMPLES = 8  # samples before the first fit: the prior until then
 REFIT_EVERY = 256  # samples between fits once the doubling reaches it
@@ -115,20 +117,26 @@ class StepClock:
     def _fit(self) -> None:
         n = min(self.samples, WINDOW)
         x, y = self._x[:n], self._y[:n]
-        scale = np.maximum(np.abs(x).mean(axis=0), 1e-12)  # each term's typical size
-        typical = float(np.median(y))
-        prior = np.asarray(self.prior.vector()) * scale / typical
+        prior = np.asarray(self.prior.vector())
+        # Each term is solved for as a multiple u of its scale: the prior's coefficient
+        # times how much slower (or faster) the engine is than the prior says overall, so
+        # terms the traffic cannot tell apart keep the prior's ratio at the engine's speed;
+        # a term the prior has at 0 is scaled by its typical share of a step instead.
+        speed = float(np.median(y / np.maximum(x @ prior, 1e-12)))
+        typical = float(np.median(y)) / np.maximum(np.abs(x).mean(axis=0), 1e-12)
+        scale = np.where(prior > 0, prior * speed, typical)
+        target = (prior > 0).astype(float)
         keep = np.ones(n, dtype=bool)
         for _ in range(_TRIM_PASSES):  # fit, drop outliers, fit again
-            u = _solve(x[keep] / scale, y[keep], typical, prior)
-            rel = (x / scale) @ u * typical / y - 1.0
+            u = _solve(x[keep] * scale, y[keep], target)
+            rel = (x * scale) @ u / y - 1.0
             centre = float(np.median(rel[keep]))
             spread = _MAD_SIGMA * float(np.median(np.abs(rel[keep] - centre)))
             inliers = np.abs(rel - centre) <= max(_TRIM_Z * spread, _MIN_TRIM)
             if inliers.sum() < MIN_SAMPLES or (inliers == keep).all():
                 break
             keep = inliers
-        self.cost = CostModel.from_vector(u * typical / scale)
+        self.cost = CostModel.from_vector(u * scale)
         self.fit_error = float(np.median(np.abs(rel[keep])))
         self.fits += 1
 
@@ -138,13 +146,11 @@ class StepClock:
         return self.cost.step_s(0, batch, context_tokens)
 
 
-def _solve(x: np.ndarray, y: np.ndarray, typical: float, prior: np.ndarray) -> np.ndarray:
-    """Non-negative u minimising sum(((x u) typical - y) / y)^2 + PRIOR_WEIGHT |u - prior|^2:
-    u is each term's share of a typical step (x is scaled per term)."""
-    data = x * (typical / y)[:, None]
+def _solve(x: np.ndarray, y: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Non-negative u minimising sum((x u - y) / y)^2 + PRIOR_WEIGHT |u - target|^2."""
     pull = math.sqrt(PRIOR_WEIGHT)
-    a = np.vstack([data, pull * np.eye(len(prior))])
-    b = np.concatenate([np.ones(len(y)), pull * prior])
+    a = np.vstack([x / y[:, None], pull * np.eye(len(target))])
+    b = np.concatenate([np.ones(len(y)), pull * target])
     u, _ = nnls(a, b)
     return np.asarray(u)
 

@@ -119,6 +119,7 @@ class Executor(abc.ABC):
         self._inbox = inbox
         self._runs: dict[str, Run] = {}  # job id -> its dispatch here
         self._step: list[tuple[str, list[int]]] = []  # tokens not yet reported
+        self._ends: list[Stopped] = []  # ends of runs whose last tokens are in _step
         self._flush_pending = False
         # Restart attempts since the engine last produced a token: an engine that restarts
         # but never serves must not be restarted forever.
@@ -195,6 +196,9 @@ class Executor(abc.ABC):
         if self._step:
             step, self._step = self._step, []
             self._inbox.put_nowait(Tokens(self.name, asyncio.get_running_loop().time(), step))
+        ends, self._ends = self._ends, []
+        for stopped in ends:
+            self._inbox.put_nowait(stopped)
 
     def _end_run(self, run: Run, finish_reason: str | None, error: str | None = None,
                  kv_offloaded: bool = False) -> None:
@@ -202,9 +206,11 @@ class Executor(abc.ABC):
         if self._runs.get(run.job_id) is not run:
             return
         del self._runs[run.job_id]
-        self._flush()  # its tokens reach the core before its end
-        self._inbox.put_nowait(Stopped(self.name, run.job_id, finish_reason, error,
-                                       kv_offloaded))
+        stopped = Stopped(self.name, run.job_id, finish_reason, error, kv_offloaded)
+        if self._flush_pending:  # its last tokens reach the core first, in their step's one
+            self._ends.append(stopped)  # Tokens event (the core times steps by them)
+        else:
+            self._inbox.put_nowait(stopped)
 
     def _report_capacity(self) -> None:
         capacity = self.capacity()

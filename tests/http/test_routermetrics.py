@@ -158,7 +158,8 @@ async def test_the_learned_clock_admission_and_engine_preemptions_are_exported(
     assert preemptions.labels["engine"] == "all"
     base = first(families, "lengthwise_step_coefficient_seconds", executor="sim0",
                  term="decode_base_s").value
-    assert base == pytest.approx(0.008, rel=0.05)  # the simulated engine's step
+    # The simulated engine's 8 ms, as the loop runs it in real time (its own work on top).
+    assert base == pytest.approx(0.008, rel=0.25)
     step = first(families, "lengthwise_predicted_decode_step_seconds", executor="sim0").value
     assert step == pytest.approx(lanes[0].clock.decode_step_s(
         max(len(lanes[0].running), 1),

@@ -76,7 +76,8 @@ def lane_that_fits(job: Job, lane: Lane, kv_tokens: float, lanes: Sequence[Lane]
 
 def _guard(pick: tuple[Job, ExecutorView], ctx: DispatchContext, policy: Policy
            ) -> tuple[Job, ExecutorView]:
-    slots = sum(ex.max_running for ex in ctx.executors)
+    # Jobs running together at load: the count cap, or what memory admission fits.
+    slots = policy.batch_hint * len(ctx.executors)
     head = guard.overrule(pick[0], ctx.waiting, policy.service_s, ctx.running_jobs(), slots,
                           ctx.now)
     if head is None:

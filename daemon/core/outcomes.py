@@ -25,6 +25,8 @@ def of_stop(job: Job, event: Stopped, stats: LaneStats) -> Ending | None:
     """How the dispatch `event` reports ends the job (counted in its lane's `stats`); None
     when it goes back to wait: preempted, out of its token budget (a slice), or its engine
     went down."""
+    job.checkpoint_tokens = None
+    job.kv_offloaded = event.kv_offloaded
     stats.tokens_generated += job.num_generated_tokens - job.tokens_at_dispatch
     if job.stop_request is StopRequest.ABORT:
         stats.jobs_aborted += 1

@@ -65,9 +65,8 @@ class Scheduler:
         self.policy = policy
         self.config = config
         self.inbox = inbox
-        # The learned clock, typical service, calibration, footprints; sets the lanes'
-        # admission, the policy's cost model (the configured one is the clocks' prior),
-        # batch and length scale.
+        # Clocks, typical service, calibration, footprints: sets the lanes' admission and
+        # the policy's cost model (the configured one is the clocks' prior) and batch.
         self.estimates = Estimates(self.lanes, policy, config)
         self.waiting = WaitQueue(policy.order_key, self.estimates.wait_bound())
         self.accepting = False
@@ -189,7 +188,8 @@ class Scheduler:
     def _first_enqueue(self, job: Job) -> None:
         if job.first_prediction is None:
             job.first_prediction = job.predicted_output_tokens
-        self.estimates.observe_arrival(job)
+        if job.predicted_output_tokens is not None or self._predictor is None:
+            self.estimates.observe_arrival(job)  # else when its prediction comes
         self._enqueue(job)
 
     def _on_predicted(self, event: Predicted) -> None:
@@ -203,6 +203,7 @@ class Scheduler:
             if self._predicting.pop(job.job_id, None) is not None:
                 self._first_enqueue(job)
                 return
+            self.estimates.observe_arrival(job)  # queued before it was predicted (fcfs)
         self._set_prediction(job, event.total_tokens)
 
     def _set_prediction(self, job: Job, tokens: float) -> None:
@@ -250,8 +251,6 @@ class Scheduler:
         if job is None:
             return
         self._dirty = True
-        job.checkpoint_tokens = None
-        job.kv_offloaded = event.kv_offloaded
         ending = outcomes.of_stop(job, event, lane.stats)
         if ending is None:  # back to wait (preempted, a slice, its engine went down)
             self._enqueue(job)

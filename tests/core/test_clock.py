@@ -14,7 +14,7 @@ from daemon.config import SchedulerConfig
 from daemon.core import clock as clockmod
 from daemon.core.clock import StepClock
 from daemon.core.costmodel import CostModel
-from daemon.core.events import Event, Launch, Started, Stopped, Tokens
+from daemon.core.events import Event, Launch, Predicted, Started, Stopped, Tokens
 from daemon.core.job import Job, SamplingSpec
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
@@ -199,3 +199,31 @@ def test_the_pooled_clock_is_the_mean_of_the_fitted_lanes() -> None:
     want = (fast.decode_step_s(4, 1000) + slow.decode_step_s(4, 1000)) / 2
     assert pooled.step_s(0, 4, 1000) == pytest.approx(want, rel=1e-6)
     assert clockmod.pooled([fresh], TRUTH) == TRUTH  # none fitted: the prior
+
+
+class _Asked:
+    """A first-length predictor that only records who asked (the test answers)."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+
+    def request(self, job: Job) -> None:
+        self.jobs.append(job)
+
+
+@pytest.mark.asyncio
+async def test_fcfs_jobs_count_in_the_typical_service_by_their_prediction_not_budget() -> None:
+    """fcfs queues a job before its prediction: its 4000-token budget must not make the
+    typical service (aging's unit, Retry-After) 80x what its 50-token answer takes."""
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    asked = _Asked()
+    core = Scheduler([Lane("e0", asyncio.Queue(), 1)], FCFS(), SchedulerConfig(max_running=1),
+                     inbox, predictor=asked)
+    core.accepting = True
+    core.submit(Job(job_id="a", prompt_token_ids=[1] * 20, arrival_time=0.0,
+                    sampling=SamplingSpec(max_tokens=4000)), OutputStream())
+    core.handle(inbox.get_nowait())
+    assert asked.jobs and core.estimates.typical_service_s == 0.0  # not counted yet
+    core.handle(Predicted("a", 50.0, upper_tokens=90.0))
+    cost = core.policy.cost
+    assert core.estimates.typical_service_s == pytest.approx(cost.wall_s(20, 20, 50, 1))

@@ -169,7 +169,7 @@ def _ints(text: str) -> list[int]:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lengthwise profile", description=__doc__.split("\n")[0])
-    p.add_argument("--model", type=Path, required=True, help="HF model folder")
+    p.add_argument("--model", type=Path, help="HF model folder (required unless --learned)")
     p.add_argument("--out", type=Path, required=True, help="profile JSON to write")
     p.add_argument("--name", default="", help="profile name (default: the model folder)")
     p.add_argument("--prefill-lengths", type=_ints, default=_ints("16,128,256,512,1024,1536"))
@@ -178,6 +178,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-steps", type=int, default=48, help="forced tokens per request")
     p.add_argument("--repeats", type=int, default=3, help="median of this many runs")
     p.add_argument("--kv-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE")
+    p.add_argument("--learned", default="", metavar="URL",
+                   help="write what the daemon at URL learned of its engines' step times "
+                        "(its /metrics) instead of measuring: the simulator runs on it")
     p.add_argument("--through", default="", metavar="URL",
                    help="measure through a running server (the whole serving stack: HTTP, "
                         "daemon, streaming, the engine sharing the CPU) instead of the bare "
@@ -186,7 +189,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.learned:  # a snapshot of what a running daemon's clock learned: no measuring
+        from bench.learned import fetch
+
+        save(fetch(args.learned, args.name or "learned"), args.out)
+        print(toml_section(args.out))
+        return 0
+    if args.model is None:
+        parser.error("--model is required (or --learned URL)")
     points, cpu = asyncio.run(_profile(args))
     if cpu is not None:
         print(cpu.describe())

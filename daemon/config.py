@@ -39,7 +39,7 @@ from policies import registry  # policies import only daemon.core: no circle
 __all__ = ["BENCH_KNOBS_ENV", "RESTART_ONLY", "SIM_KV_BLOCK_TOKENS", "AgingConfig", "Config",
            "ConfigError", "EngineConfig", "KVStoreConfig", "SchedulerConfig", "SimConfig",
            "bench_knob_keys", "cost_model", "cost_profile", "cpu_cores", "decode", "key_error",
-           "load", "restart_only_changes", "validate"]
+           "load", "restart_only_changes", "slots_per_engine", "validate"]
 
 BENCH_KNOBS_ENV = "LENGTHWISE_BENCH_KNOBS"  # "1": files may set BENCH_KNOB fields
 
@@ -211,7 +211,8 @@ def load(path: str | os.PathLike[str]) -> Config:
 def validate(config: Config, source: str) -> None:
     """What spans sections or rooms, which a field's own constraint cannot say."""
     problems = []
-    if config.scheduler.max_running > config.engine.max_num_seqs:
+    fixed = config.scheduler.fixed_running
+    if fixed is not None and fixed > config.engine.max_num_seqs:
         problems.append("scheduler.max_running must be <= engine.max_num_seqs")
     if config.scheduler.policy not in registry.names():
         problems.append(
@@ -254,6 +255,12 @@ def cost_profile(config: Config) -> SimConfig:
         raise ConfigError(f"costmodel.profile: cannot read {path}: {exc.strerror}") from None
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise ConfigError(f"costmodel.profile: {path} is not a cost profile: {exc}") from None
+
+
+def slots_per_engine(config: Config) -> int:
+    """Jobs one executor may run at once by count: scheduler.max_running, or under "auto"
+    engine.max_num_seqs (memory admission then admits fewer where the KV cache is short)."""
+    return config.scheduler.fixed_running or config.engine.max_num_seqs
 
 
 def cost_model(config: Config) -> CostModel:

@@ -132,7 +132,7 @@ class Daemon:
             self.service.apply(new)
             self.config = new
             _set_log_level(new)
-            log.info("reloaded %s (policy %s, max_running %d)", self.config_path,
+            log.info("reloaded %s (policy %s, max_running %s)", self.config_path,
                      new.scheduler.policy, new.scheduler.max_running)
         except (ConfigError, apikeys.KeyFileError) as exc:
             log.error("reload rejected, keeping the old config: %s", exc)

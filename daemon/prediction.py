@@ -62,7 +62,7 @@ class BatchTimer(Protocol):
 @dataclass(slots=True)
 class _Pending:
     inp: Any  # predictor.PredictInput
-    future: asyncio.Future[float]
+    future: asyncio.Future[tuple[float, float | None]]  # (point, upper quantile or None)
 
 
 _PROBE = "Write a short poem about the sea."  # a request every model must answer
@@ -78,8 +78,11 @@ def _folder(path: str, iterative: bool) -> Path:
 
 class Predictions:
     def __init__(self, config: PredictorConfig, decode: Any, inbox: asyncio.Queue[Event],
-                 timer: BatchTimer | None = None) -> None:
+                 timer: BatchTimer | None = None, upper_quantile: float = 0.9) -> None:
+        """upper_quantile: the level of the upper estimate each first prediction comes
+        with (memory admission, scheduler.admission_quantile), where the model has one."""
         self.config = config
+        self.upper_quantile = upper_quantile
         self.stats = PredictionStats()
         self.predictor: Any = None  # predictor.Predictor once loaded; None = no prediction
         # Remaining-length model (predictor.Predictor); None = off: a running job's remaining
@@ -133,13 +136,16 @@ class Predictions:
     def _load(self, path: str, iterative: bool) -> Any:
         import torch
 
-        from predictor import load_predictor
+        from predictor import PredictInput, load_predictor
         from predictor.loader import model_fingerprint
 
         torch.set_num_threads(self.config.threads)  # the engines need the other cores
         folder = _folder(path, iterative)
         fingerprint = model_fingerprint(folder)
         predictor = load_predictor(folder)
+        if not iterative:  # warm: the first request must not pay for lazy initialisation
+            probe = PredictInput.from_openai([{"role": "user", "content": _PROBE}])
+            predictor.predict_with_upper([probe], self.upper_quantile)
         self._fingerprints[iterative] = fingerprint
         return predictor
 
@@ -182,7 +188,8 @@ class Predictions:
             return None
         new = load_predictor(folder)
         probe = PredictInput.from_openai([{"role": "user", "content": _PROBE}])
-        values = new.predict_remaining([(probe, "")]) if iterative else new.predict([probe])
+        values = (new.predict_remaining([(probe, "")]) if iterative
+                  else new.predict_with_upper([probe], self.upper_quantile)[0])  # and warms it
         if len(values) != 1 or not all(math.isfinite(v) and v >= 1.0 for v in values):
             raise ValueError(f"{folder}: probe prediction {values!r} is not a length")
         self._fingerprints[iterative] = fingerprint
@@ -196,13 +203,19 @@ class Predictions:
         task.add_done_callback(self._requests.discard)
 
     async def _answer(self, job: Job) -> None:
-        self._inbox.put_nowait(Predicted(job.job_id, await self.predict(job)))
+        point, upper = await self.predict_with_upper(job)
+        self._inbox.put_nowait(Predicted(job.job_id, point, upper_tokens=upper))
 
     async def predict(self, job: Job) -> float:
         """Predicted total output tokens for a new job (from its messages, or its prompt's
         text); the fallback if anything goes wrong."""
+        return (await self.predict_with_upper(job))[0]
+
+    async def predict_with_upper(self, job: Job) -> tuple[float, float | None]:
+        """predict's answer and the same at the upper quantile (None where the model has
+        no quantile head, or the fallback was used)."""
         if self.predictor is None and self.iterative is None:
-            return self.fallback_tokens
+            return self.fallback_tokens, None
         from predictor import PredictInput
 
         messages = job.messages or [{"role": "user", "content": self._decode(
@@ -210,8 +223,9 @@ class Predictions:
         inp = PredictInput.from_openai(list(messages), job.num_prompt_tokens)
         self._inputs[job.job_id] = inp  # also the re-predictions' input
         if self.predictor is None:
-            return self.fallback_tokens
-        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+            return self.fallback_tokens, None
+        future: asyncio.Future[tuple[float, float | None]] = \
+            asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(inp, future))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._run_batches(), name="predictor")
@@ -219,7 +233,7 @@ class Predictions:
             return await asyncio.wait_for(asyncio.shield(future), self.config.timeout_s)
         except Exception:  # noqa: BLE001 - timeout or predictor error: worse order, no lost job
             self.stats.fallbacks += 1
-            return self.fallback_tokens
+            return self.fallback_tokens, None
 
     async def _run_batches(self) -> None:
         loop = asyncio.get_running_loop()
@@ -228,8 +242,9 @@ class Predictions:
                                   self._queue[self.config.max_batch:])
             started = time.perf_counter()
             try:
-                values = await loop.run_in_executor(self._pool, self.predictor.predict,
-                                                    [p.inp for p in batch])
+                values, uppers = await loop.run_in_executor(
+                    self._pool, self.predictor.predict_with_upper, [p.inp for p in batch],
+                    self.upper_quantile)
             except Exception as exc:  # noqa: BLE001 - reported to every waiter below
                 log.warning("prediction of %d jobs failed: %s", len(batch), exc)
                 for p in batch:
@@ -239,10 +254,11 @@ class Predictions:
             self.stats.batches += 1
             if self._timer is not None:
                 self._timer.observe_prediction_batch(time.perf_counter() - started)
-            for p, value in zip(batch, values, strict=True):
+            for i, (p, value) in enumerate(zip(batch, values, strict=True)):
                 self.stats.predictions += 1
+                upper = None if uppers is None else max(float(uppers[i]), 1.0)
                 if not p.future.done():
-                    p.future.set_result(max(float(value), 1.0))
+                    p.future.set_result((max(float(value), 1.0), upper))
 
     async def remaining(self, jobs: Sequence[Job]) -> list[float]:
         """Re-predicted remaining tokens of running jobs (Scheduler.remaining_predictor).

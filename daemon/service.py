@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from daemon import apikeys
-from daemon.config import Config, cost_profile
+from daemon.config import Config, cost_profile, slots_per_engine
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Event
-from daemon.core.job import Job, JobStatus, SamplingSpec
+from daemon.core.job import Job, SamplingSpec
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
 from daemon.core.stream import OutputStream
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 _RETRY_STARTING_S = 10  # Retry-After while engines start or restart (s)
 _RETRY_MAX_S = 300  # never ask a client to wait longer than this (s)
-_SERVICE_EWMA = 0.1  # weight of each finished job in the service-time average
+_SERVICE_BEFORE_S = 1.0  # a job's service time before any arrived (Retry-After)
 _STOP_TIMEOUT_S = 5.0  # executor tasks get this long to end at shutdown (s)
 
 
@@ -63,7 +63,7 @@ def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Que
     """The scheduler core over `executors` (one lane each), with the config's policy and
     settings, its estimates in `cost` (default: the config's cost model); `ports`:
     Scheduler's predictor, remaining and ended."""
-    lanes = [Lane(ex.name, ex.commands, config.scheduler.max_running) for ex in executors]
+    lanes = [Lane(ex.name, ex.commands, slots_per_engine(config)) for ex in executors]
     return Scheduler(lanes, make_policy(config, cost=cost), config.scheduler, inbox, **ports)
 
 
@@ -75,14 +75,14 @@ class Service:
         inbox: asyncio.Queue[Event] = asyncio.Queue()
         self.executors = build_executors(config, inbox)
         self.metrics = Metrics()
-        self.predictions = Predictions(config.predictor, tokenizer.decode, inbox, self.metrics)
+        self.predictions = Predictions(config.predictor, tokenizer.decode, inbox, self.metrics,
+                                       config.scheduler.admission_quantile)
         self._ended: asyncio.Queue[Job] = asyncio.Queue()
         repredicts = config.predictor.iterative_path != "none"
         self.scheduler = build_core(
             config, self.executors, inbox, predictor=self.predictions,
             remaining=self.predictions.remaining if repredicts else None, ended=self._ended)
         self.metrics.watch(self.scheduler, self.predictions, self.executors)
-        self._service_s = 1.0  # seconds a job runs once dispatched (EWMA of finished jobs)
         self.keys = self._load_keys(config)
         self.ready = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -125,7 +125,6 @@ class Service:
         try:
             self.predictions.job_ended(job)
             self.metrics.observe_job(job)
-            self._observe_service(job)
         except Exception:  # metrics or the request log must not stop the others
             log.exception("observing the end of %s failed", job.job_id)
 
@@ -144,24 +143,21 @@ class Service:
 
     def retry_after_s(self) -> int:
         """Seconds a refused client should wait (Retry-After): the time the waiting queue
-        needs to drain at the observed service time per job; the drain limit while
-        stopping; a restart's worth while starting or without an engine."""
+        needs to drain through the slots, at the typical job's service time on the
+        engines' learned clock; the drain limit while stopping; a restart's worth while
+        starting or without an engine."""
         if not self.ready or self.failed.is_set():
             return _RETRY_STARTING_S
         if not self.scheduler.accepting:
             return max(math.ceil(self.config.limits.drain_timeout_s), 1)
-        slots = sum(lane.max_running for lane in self.scheduler.lanes
+        sched = self.scheduler
+        slots = sum(sched.estimates.slots(lane) for lane in sched.lanes
                     if lane.down_reason is None)
         if slots == 0:
             return _RETRY_STARTING_S
-        wait = (len(self.scheduler.waiting) + 1) / slots * self._service_s
+        service_s = sched.estimates.typical_service_s or _SERVICE_BEFORE_S
+        wait = (len(sched.waiting) + 1) / slots * service_s
         return min(max(math.ceil(wait), 1), _RETRY_MAX_S)
-
-    def _observe_service(self, job: Job) -> None:
-        if job.finish_time is None or job.status is not JobStatus.FINISHED:
-            return
-        service_s = max(job.finish_time - job.arrival_time - job.waited_s, 0.0)
-        self._service_s += _SERVICE_EWMA * (service_s - self._service_s)
 
     def executors_down(self) -> dict[str, str]:
         """Executor name -> why it is out of service, for /health."""

@@ -52,6 +52,17 @@ class Predictor(ABC):
         Models trained with `--quantiles` answer for levels within the trained range."""
         raise NotImplementedError(f"{self.kind} predictor has no quantile outputs")
 
+    def predict_with_upper(self, batch: list[PredictInput], q: float
+                           ) -> tuple[list[float], list[float] | None]:
+        """Point predictions and the q-quantile of each (None: the model has none for q).
+        Models with a quantile head override it to answer both from one pass."""
+        points = self.predict(batch)
+        try:
+            upper = [row[0] for row in self.predict_quantiles(batch, (q,))]
+        except (NotImplementedError, ValueError):
+            return points, None
+        return points, upper
+
     def predict_remaining(self, batch: list[tuple[PredictInput, str]]) -> list[float]:
         """Non-iterative fallback: total prediction minus the tokens already generated."""
         totals = self.predict([inp for inp, _ in batch])

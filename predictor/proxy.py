@@ -128,6 +128,20 @@ class ProxyPredictor(Predictor):
             return []
         return self.tokens_from_scores(self.outputs(batch)[:, 0])
 
+    def predict_with_upper(self, batch: list[PredictInput], q: float
+                           ) -> tuple[list[float], list[float] | None]:
+        """Both from one forward pass (the daemon asks for them together)."""
+        levels = self.manifest.net.quantiles if self.manifest.net else ()
+        if not batch:
+            return [], []
+        out = self.outputs(batch)
+        points = self.tokens_from_scores(out[:, 0])
+        try:
+            upper = quantile_tokens(shifted(out, self.manifest.quantile_offsets), levels, (q,))
+        except (NotImplementedError, ValueError):
+            return points, None
+        return points, [float(v) for v in upper[:, 0]]
+
     def predict_quantiles(self, batch: list[PredictInput],
                           qs: Sequence[float] = (0.5, 0.9)) -> list[tuple[float, ...]]:
         levels = self.manifest.net.quantiles if self.manifest.net else ()

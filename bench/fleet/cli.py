@@ -33,7 +33,7 @@ from bench.pool import run_pool
 from bench.sim.cli import add_config_arguments, config_from_args, sim_from_args
 from bench.sim.predictions import PREDICTORS, predictions
 from bench.sim.run import SimOptions
-from daemon.config import Config, ConfigError
+from daemon.config import Config, ConfigError, slots_per_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 ROOFLINE = ROOT / "bench" / "profiles" / "llama2-13b-a100-roofline.json"
@@ -132,7 +132,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     points: list[FleetPoint] = run_pool(run_point, jobs, args.workers, desc="fleet runs")
     res = report.FleetResults(
         policy=config.scheduler.policy, predictor=args.predictor, profile=args.profile.stem,
-        max_running=config.scheduler.max_running, arrivals=args.arrivals,
+        max_running=slots_per_engine(config), arrivals=args.arrivals,
         lengths=args.lengths, per_executor=args.per_executor, num=args.num,
         load=args.load if args.per_executor_rate is None else float("nan"),
         capacity_rps=capacity, per_executor_rps=rate, points=points)

@@ -24,7 +24,7 @@ from bench.metrics import summarize
 from bench.sim.cli import add_config_arguments, add_sim_arguments, config_from_args, sim_options
 from bench.sim.predictions import predictions
 from bench.sim.run import SimOptions, simulate
-from daemon.config import ConfigError
+from daemon.config import ConfigError, slots_per_engine
 
 STACK_PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "tiny-llama-cpu-stack.json"
 _CALIBRATE_RATE = 1.0  # the rate the workload is drawn at before it is rescaled
@@ -69,7 +69,7 @@ def unloaded_mean_jct(requests: list[workload.Request], preds: list[float | None
 def choose_rate(requests: list[workload.Request], preds: list[float | None], opts: SimOptions,
                 target: float, unloaded: float) -> tuple[float, float]:
     """(rate, FCFS mean JCT / unloaded there) for requests drawn at rate 1."""
-    slots = opts.executors * opts.config.scheduler.max_running
+    slots = opts.executors * slots_per_engine(opts.config)
     return calibrate(
         lambda r: _mean_jct(workload.at_rate(requests, _CALIBRATE_RATE, r), preds, opts),
         unloaded, target, guess=slots / unloaded / 2)

@@ -18,6 +18,7 @@ import numpy as np
 
 from bench import workload
 from bench.sim.run import SimOptions, make_job, start_daemon, time_rounds
+from daemon.config import slots_per_engine
 from daemon.executors.virtualclock import VirtualClockLoop
 
 
@@ -34,7 +35,7 @@ class Overhead(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def burst_size(opts: SimOptions, waiting: int = 1000, extra: int = 300) -> int:
-    return waiting + opts.executors * opts.config.scheduler.max_running + extra
+    return waiting + opts.executors * slots_per_engine(opts.config) + extra
 
 
 def measure_overhead(requests: Sequence[workload.Request], preds: Sequence[float | None],

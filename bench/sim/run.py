@@ -112,7 +112,8 @@ async def start_daemon(opts: SimOptions) -> SimDaemon:
         config = msgspec.structs.replace(config, scheduler=msgspec.structs.replace(
             config.scheduler, trust_budget=False))
     inbox: asyncio.Queue[Event] = asyncio.Queue()
-    exs = [SimExecutor(f"sim{i}", inbox, opts.sim) for i in range(opts.executors)]
+    exs = [SimExecutor(f"sim{i}", inbox, opts.sim, config.engine)
+           for i in range(opts.executors)]
     for ex in exs:
         await ex.start()
     remaining = iterative_predictor(opts.iterative, config.policies.isrtf.window_tokens,

@@ -9,8 +9,13 @@ executor runs): a step costs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass
 from typing import Protocol
+
+# The coefficients in order: CostModel's fields, the learned clock's vector (core/clock.py).
+TERMS = ("prefill_base_s", "prefill_per_token_s", "decode_base_s", "decode_per_seq_s",
+         "decode_per_context_token_s")
 
 
 class Coefficients(Protocol):
@@ -48,6 +53,22 @@ class CostModel:
     def from_sim(cls, sim: Coefficients) -> CostModel:
         return cls(sim.prefill_base_s, sim.prefill_per_token_s, sim.decode_base_s,
                    sim.decode_per_seq_s, sim.decode_per_context_token_s)
+
+    @classmethod
+    def from_vector(cls, values: Sequence[float]) -> CostModel:
+        """From the coefficients in TERMS order."""
+        return cls(*(float(v) for v in values))
+
+    def vector(self) -> tuple[float, ...]:
+        """The coefficients in TERMS order."""
+        return astuple(self)
+
+    def step_s(self, prefill_tokens: float, batch: float, context_tokens: float) -> float:
+        """One engine step: a prefill of `prefill_tokens` (0: none) and a decode of `batch`
+        sequences holding `context_tokens` in all (SimExecutor's step)."""
+        return self.prefill_s(prefill_tokens) + (
+            self.decode_base_s + self.decode_per_seq_s * batch
+            + self.decode_per_context_token_s * context_tokens)
 
     def prefill_s(self, tokens: float) -> float:
         """Seconds to (re)compute the KV of `tokens` tokens; 0 for none."""

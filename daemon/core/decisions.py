@@ -1,5 +1,5 @@
-"""A decision round's choices: which waiting job to launch where, and which running jobs
-waiting ones should replace now.
+"""A decision round's choices: which waiting job to launch where (and whether its KV fits
+there), and which running jobs waiting ones should replace now.
 
 Each rule yields its choices one at a time, in order, and the core acts on each (launches
 it, or stops it) before the rule goes on: generators, so the policy sees every earlier
@@ -10,11 +10,15 @@ cannot resume exactly are never victims.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from daemon.core import guard
 from daemon.core.job import Job, StopRequest
+from daemon.core.lanes import Lane
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
+
+log = logging.getLogger(__name__)
 
 
 def assignments(ctx: DispatchContext, policy: Policy, lookahead: bool
@@ -39,9 +43,41 @@ def assignments(ctx: DispatchContext, policy: Policy, lookahead: bool
         yield pick
 
 
+def launches(ctx: DispatchContext, policy: Policy, lookahead: bool, lanes: Mapping[str, Lane],
+             footprint: Callable[[Job], float]) -> Iterator[tuple[Job, Lane]]:
+    """The assignments, each on a lane where its KV `footprint` fits (lane_that_fits), until
+    one fits nowhere yet (it waits, and so do the jobs behind it) or the policy proposes an
+    invalid one (logged)."""
+    for job, view in assignments(ctx, policy, lookahead):
+        lane = lanes.get(view.name)
+        if lane is None or lane.free_slots <= 0 or job not in ctx.waiting:
+            log.error("policy %s proposed an invalid dispatch of %s to %s", policy.name,
+                      job.job_id, view.name)
+            return
+        lane = lane_that_fits(job, lane, footprint(job), list(lanes.values()), policy)
+        if lane is None:
+            return
+        yield job, lane
+
+
+def lane_that_fits(job: Job, lane: Lane, kv_tokens: float, lanes: Sequence[Lane],
+                   policy: Policy) -> Lane | None:
+    """`lane` if the job's KV footprint fits there now (memory admission; always by count
+    only); else the policy's choice among the other lanes with a free slot where it fits;
+    None when it fits nowhere yet."""
+    if lane.fits(kv_tokens):
+        return lane
+    others = {other.name: other for other in lanes
+              if other is not lane and other.free_slots > 0 and other.fits(kv_tokens)}
+    if not others:
+        return None
+    return others.get(policy.choose_executor(job, list(others.values())).name)
+
+
 def _guard(pick: tuple[Job, ExecutorView], ctx: DispatchContext, policy: Policy
            ) -> tuple[Job, ExecutorView]:
-    slots = sum(ex.max_running for ex in ctx.executors)
+    # Jobs running together at load: the count cap, or what memory admission fits.
+    slots = policy.batch_hint * len(ctx.executors)
     head = guard.overrule(pick[0], ctx.waiting, policy.service_s, ctx.running_jobs(), slots,
                           ctx.now)
     if head is None:

@@ -2,7 +2,8 @@
 
 Events go into the core's one inbox (an asyncio.Queue) and are handled in order by its loop
 (daemon.core.scheduler): from the HTTP side (Submitted, Cancelled), the predictor
-(Predicted), the executors (Started, Tokens, Stopped, EngineDown, EngineUp, EngineFailed)
+(Predicted), the executors (Started, Tokens, Stopped, EngineDown, EngineUp, Capacity,
+EngineFailed)
 and the daemon (Reconfigured). Commands go into one executor's queue (Launch, Stop,
 Shutdown). Executors report facts; the core decides what they mean for the job.
 """
@@ -38,6 +39,8 @@ class Predicted(msgspec.Struct, frozen=True):
     job_id: str
     total_tokens: float  # predicted total output tokens
     revised: bool = False  # a re-prediction (the first one stays the job's first_prediction)
+    # The same at the predictor's upper quantile (memory admission); None: it has none.
+    upper_tokens: float | None = None
 
 
 class Started(msgspec.Struct, frozen=True):
@@ -78,6 +81,16 @@ class EngineUp(msgspec.Struct, frozen=True):
     executor: str
 
 
+class Capacity(msgspec.Struct, frozen=True):
+    """What an executor's engine can hold, for memory-aware admission: reported when the
+    executor's task starts and after each engine restart (before EngineUp)."""
+
+    executor: str
+    kv_blocks: int  # KV blocks requests can be given (the engine's, less any it reserves)
+    block_size: int  # tokens per KV block
+    max_num_seqs: int  # the engine's batch cap
+
+
 class EngineFailed(msgspec.Struct, frozen=True):
     """The engine could not be restarted; the executor stays down for good."""
 
@@ -93,7 +106,7 @@ class Reconfigured(msgspec.Struct, frozen=True):
 
 
 Event = (Submitted | Cancelled | Predicted | Started | Tokens | Stopped | EngineDown | EngineUp
-         | EngineFailed | Reconfigured)
+         | Capacity | EngineFailed | Reconfigured)
 
 # ---- commands (into one executor's queue) ------------------------------------------------
 

@@ -63,6 +63,9 @@ class Job:
     messages: list[dict[str, str]] = field(default_factory=list)
     # Predicted total output tokens (set before scheduling; None = no prediction).
     predicted_output_tokens: float | None = None
+    # Predicted total output tokens at the predictor's upper quantile (memory admission:
+    # daemon.core.admission); None where the predictor gives none.
+    predicted_upper_tokens: float | None = None
     # The prediction as it stood at submit; re-predictions and demotions change only the
     # field above. None when the policy queued the job before predicting it.
     first_prediction: float | None = None

@@ -1,15 +1,21 @@
 """The core's record of each executor (a lane): its command queue, the jobs it runs, their
-predicted work, whether its engine serves, and its counters. Only the core's loop changes a
-lane; policies read lanes as ExecutorViews, /metrics reads the counters."""
+predicted work and KV reservations, what its engine holds, its learned step times (its
+clock), whether its engine serves, and its counters. Only the core's loop changes a lane;
+policies read lanes as ExecutorViews, /metrics reads the counters and the clock."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from daemon.core.events import Command
+from daemon.core import admission
+from daemon.core.clock import StepClock
+from daemon.core.events import Capacity, Command, EngineDown, EngineFailed, EngineUp
 from daemon.core.job import Job
 from daemon.core.work import RunningWork
+
+log = logging.getLogger(__name__)
 
 
 class CommandQueue(Protocol):
@@ -50,10 +56,17 @@ class ResumeStats:
 class Lane:
     name: str
     commands: CommandQueue  # the executor's inbox
-    max_running: int  # admission cap (scheduler.max_running; changes on reload)
+    # Admission cap by count: scheduler.max_running, or the engine's max_num_seqs when it is
+    # "auto" (changes on reload and with the engine's report).
+    max_running: int
     running: dict[str, Job] = field(default_factory=dict)  # launched, not yet stopped
     # Predicted work of the running jobs, kept in step with them (load(), placement).
     work: RunningWork = field(default_factory=RunningWork)
+    # Admit by predicted KV footprint too (scheduler.max_running = "auto").
+    memory_bound: bool = False
+    capacity: Capacity | None = None  # what the engine holds, once it said
+    kv: admission.KVLedger = field(default_factory=admission.KVLedger)  # reserved KV
+    clock: StepClock = field(default_factory=StepClock)  # its engine's learned step times
     down_reason: str | None = None  # why its engine does not serve now; None = up
     failed: bool = False  # its engine could not be restarted: down for good
     stats: LaneStats = field(default_factory=LaneStats)
@@ -62,9 +75,43 @@ class Lane:
 
     @property
     def free_slots(self) -> int:
-        if self.down_reason is not None:
+        if self.down_reason is not None or self._memory_full():
             return 0
         return max(self.max_running - len(self.running), 0)
+
+    def _memory_full(self) -> bool:
+        return (self.memory_bound and self.capacity is not None and bool(self.running)
+                and self.kv.blocks >= self.capacity.kv_blocks)
+
+    def fits(self, kv_tokens: float) -> bool:
+        """Whether a job with this KV footprint may join now (always, by count only)."""
+        return not self.memory_bound or admission.fits(self.capacity, self.kv,
+                                                       len(self.running), kv_tokens)
+
+    def engine_changed(self, event: EngineDown | EngineUp | EngineFailed | Capacity,
+                       fixed_running: int | None) -> None:
+        """Its engine went down, is up again, failed for good, or said what it holds."""
+        match event:
+            case EngineDown():
+                self.down_reason = event.why
+            case EngineUp():
+                log.info("executor %s is up again", self.name)
+                self.down_reason = None
+            case EngineFailed():
+                self.down_reason, self.failed = event.why, True
+            case Capacity():
+                self.set_capacity(event, fixed_running)
+
+    def set_capacity(self, capacity: Capacity | None, fixed_running: int | None) -> None:
+        """The engine's report (or None: keep it) and scheduler.max_running (None: auto)."""
+        self.capacity = capacity or self.capacity
+        if self.capacity is not None:
+            self.kv.block_size = self.capacity.block_size
+        self.memory_bound = fixed_running is None
+        if fixed_running is not None:
+            self.max_running = fixed_running
+        elif self.capacity is not None:
+            self.max_running = self.capacity.max_num_seqs
 
     def load(self) -> float:
         """Predicted outstanding work, in tokens, of the jobs admitted here: the running
@@ -75,13 +122,38 @@ class Lane:
         """Context tokens the admitted jobs' predicted remaining decode steps read."""
         return self.work.context_reads
 
-    def admit(self, job: Job) -> None:
+    def started(self, job: Job, context_tokens: int, cached_tokens: int) -> None:
+        """A dispatch's first output is on its way: its step's prefill (for the clock), and
+        what a resume had to prefill again."""
+        self.clock.started(job.job_id, context_tokens - cached_tokens)
+        if job.num_dispatches > 1:
+            self.resumes.add(context_tokens, cached_tokens)
+            if job.kv_offloaded:
+                self.offloaded_resumes.add(context_tokens, cached_tokens)
+
+    def advance(self, job: Job, token_ids: list[int], time: float) -> int:
+        """One step's tokens for a running job; its context before them is returned."""
+        if job.first_token_time is None:
+            job.first_token_time = time
+        context = job.num_prompt_tokens + job.num_generated_tokens
+        job.generated_token_ids.extend(token_ids)
+        self.work.update(job)
+        self.kv.grow(job.job_id, context + len(token_ids))
+        return context
+
+    def admit(self, job: Job, kv_tokens: float = 0.0) -> None:
         self.running[job.job_id] = job
         self.work.add(job)
+        self.kv.reserve(job.job_id, kv_tokens)
 
     def release(self, job_id: str) -> Job | None:
-        """Take a job out (it stopped); None if it is not here (a stale report)."""
+        """Take a job out (it stopped); None if it is not here (a stale report). A lane
+        left empty has its clock forget the last step (idle time is no step time)."""
         job = self.running.pop(job_id, None)
         if job is not None:
             self.work.remove(job)
+            self.kv.remove(job_id)
+            self.clock.forget(job_id)
+            if not self.running:
+                self.clock.idle()
         return job

@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Protocol
 
-from daemon.core import decisions
-from daemon.core.calibration import LengthCalibration
+from daemon.core import decisions, outcomes
+from daemon.core.estimates import Estimates
 from daemon.core.events import (
     Cancelled,
+    Capacity,
     EngineDown,
     EngineFailed,
     EngineUp,
@@ -39,30 +39,17 @@ from daemon.core.events import (
 from daemon.core.job import Job, JobStatus, KVResidency, StopRequest
 from daemon.core.lanes import Lane
 from daemon.core.policy import DispatchContext, Policy
+from daemon.core.ports import LengthPredictor, NotAccepting, QueueFull
 from daemon.core.repredict import RemainingPredictor, Repredictor
 from daemon.core.settings import SchedulerConfig
 from daemon.core.stream import OutputStream
-from daemon.core.waitqueue import WaitBound, WaitQueue
+from daemon.core.waitqueue import WaitQueue
+
+__all__ = ["LengthPredictor", "NotAccepting", "QueueFull", "Scheduler"]
 
 log = logging.getLogger(__name__)
 
 _MIN_TIMER_S = 0.001  # a policy asking for a round "now" again must not spin the loop
-_TYPICAL_WEIGHT = 0.01  # EWMA weight of one arrival: ~100 jobs of memory
-
-
-class NotAccepting(Exception):
-    """The daemon is draining or not ready: 503."""
-
-
-class QueueFull(Exception):
-    """Waiting set at scheduler.max_waiting: 429."""
-
-
-class LengthPredictor(Protocol):
-    """Makes a job's first length prediction off the loop; the answer comes back into the
-    inbox as a Predicted event (daemon.prediction.Predictions is one)."""
-
-    def request(self, job: Job) -> None: ...
 
 
 class Scheduler:
@@ -78,11 +65,12 @@ class Scheduler:
         self.policy = policy
         self.config = config
         self.inbox = inbox
-        self.waiting = WaitQueue(policy.order_key, self._wait_bound())
+        # Clocks, typical service, calibration, footprints: sets the lanes' admission and
+        # the policy's cost model (the configured one is the clocks' prior) and batch.
+        self.estimates = Estimates(self.lanes, policy, config)
+        self.waiting = WaitQueue(policy.order_key, self.estimates.wait_bound())
         self.accepting = False
         self.failed = asyncio.Event()  # every engine is down for good
-        self.typical_service_s = 0.0  # EWMA of arriving jobs' predicted service time (s)
-        self.calibration = LengthCalibration()
         self.repredictor = Repredictor(inbox, remaining)
         self.repredictor.timeout_s = policy.repredict_timeout_s
         self._predictor = predictor
@@ -97,29 +85,6 @@ class Scheduler:
         self._idle.set()
         self._loop = asyncio.get_running_loop()
         self._policy_wakeup: float | None = None
-        policy.trust_budget = config.trust_budget
-        for lane in self.lanes:
-            lane.max_running = config.max_running
-
-    def _wait_bound(self) -> WaitBound | None:
-        """Seconds of total wait each job may accumulate: slowdown x the typical predicted
-        service time of arriving jobs, within [min_wait_s, promote_after_s] (AgingConfig).
-
-        Measured in the simulator (docs/policies.md): a bound proportional to each job's
-        *own* service time loses to one uniform across jobs on both mean and p99, since
-        the tail is made of waits in bursts, not of long service; the uniform bound still
-        scales with the workload (seconds for chat answers, minutes for long reports)."""
-        aging, policy = self.config.aging, self.policy
-        if not (aging.enabled and policy.aged):
-            return None
-        low, high, k = aging.min_wait_s, aging.promote_after_s, aging.slowdown
-        if k <= 0:
-            return lambda _: high
-
-        def bound(job: Job) -> float:
-            return min(high, max(low, k * (self.typical_service_s or policy.service_s(job))))
-
-        return bound
 
     def now(self) -> float:
         return self._loop.time()
@@ -193,12 +158,8 @@ class Scheduler:
                 self._on_predicted(event)
             case Cancelled():
                 self._on_cancelled(event)
-            case EngineDown():
-                self._on_engine_down(event)
-            case EngineUp():
-                self._on_engine_up(event)
-            case EngineFailed():
-                self._on_engine_failed(event)
+            case EngineDown() | EngineUp() | Capacity() | EngineFailed():
+                self._on_engine(event)
             case Reconfigured():
                 self._on_reconfigured(event)
 
@@ -227,16 +188,9 @@ class Scheduler:
     def _first_enqueue(self, job: Job) -> None:
         if job.first_prediction is None:
             job.first_prediction = job.predicted_output_tokens
-        self._observe_service(job)
+        if job.predicted_output_tokens is not None or self._predictor is None:
+            self.estimates.observe_arrival(job)  # else when its prediction comes
         self._enqueue(job)
-
-    def _observe_service(self, job: Job) -> None:
-        """Track the typical predicted service time of arriving jobs (EWMA)."""
-        service = self.policy.service_s(job)
-        if self.typical_service_s <= 0:
-            self.typical_service_s = service
-        else:
-            self.typical_service_s += _TYPICAL_WEIGHT * (service - self.typical_service_s)
 
     def _on_predicted(self, event: Predicted) -> None:
         job = self._jobs.get(event.job_id)
@@ -244,10 +198,12 @@ class Scheduler:
             return
         if not event.revised:
             job.predicted_output_tokens = event.total_tokens
+            job.predicted_upper_tokens = event.upper_tokens
             self._streams[job.job_id].set_prediction(event.total_tokens)
             if self._predicting.pop(job.job_id, None) is not None:
                 self._first_enqueue(job)
                 return
+            self.estimates.observe_arrival(job)  # queued before it was predicted (fcfs)
         self._set_prediction(job, event.total_tokens)
 
     def _set_prediction(self, job: Job, tokens: float) -> None:
@@ -255,7 +211,9 @@ class Scheduler:
         job.predicted_output_tokens = tokens
         self.waiting.update(job)  # no-op unless it waits
         if job.status is JobStatus.RUNNING:
-            self._by_name[job.executor_name or ""].work.update(job)
+            lane = self._by_name[job.executor_name or ""]
+            lane.work.update(job)
+            lane.kv.reserve(job.job_id, self.estimates.footprint(job))
         self._dirty = True
 
     def _on_cancelled(self, event: Cancelled) -> None:
@@ -270,25 +228,22 @@ class Scheduler:
     def _on_started(self, event: Started) -> None:
         lane = self._by_name[event.executor]
         job = lane.running.get(event.job_id)
-        if job is None or job.num_dispatches <= 1:
-            return
-        lane.resumes.add(event.context_tokens, event.cached_tokens)
-        if job.kv_offloaded:
-            lane.offloaded_resumes.add(event.context_tokens, event.cached_tokens)
+        if job is not None:
+            lane.started(job, event.context_tokens, event.cached_tokens)
 
     def _on_tokens(self, event: Tokens) -> None:
         lane = self._by_name[event.executor]
+        step: list[tuple[str, int, int]] = []  # (job, context before the step, its tokens)
         for job_id, token_ids in event.items:
             job = lane.running.get(job_id)
             if job is None:
                 continue
-            if job.first_token_time is None:
-                job.first_token_time = event.time
-            job.generated_token_ids.extend(token_ids)
-            lane.work.update(job)
+            step.append((job_id, lane.advance(job, token_ids, event.time), len(token_ids)))
             mark = job.checkpoint_tokens
             if mark is not None and job.num_generated_tokens >= mark:
                 self._checkpoint(job)
+        if lane.clock.step(event.time, step) and self.estimates.clock_moved():
+            self.waiting.rekey(self.policy.order_key, self.estimates.wait_bound())
 
     def _on_stopped(self, event: Stopped) -> None:
         lane = self._by_name[event.executor]
@@ -296,43 +251,19 @@ class Scheduler:
         if job is None:
             return
         self._dirty = True
-        job.checkpoint_tokens = None
-        job.kv_offloaded = event.kv_offloaded
-        stats = lane.stats
-        stats.tokens_generated += job.num_generated_tokens - job.tokens_at_dispatch
-        if job.stop_request is StopRequest.ABORT:
-            stats.jobs_aborted += 1
-            self._end(job, JobStatus.ABORTED, "abort")
-        elif event.error is not None:
-            stats.jobs_failed += 1
-            self._end(job, JobStatus.FAILED, None, error=event.error)
-        elif event.finish_reason == "stop" or job.num_remaining_budget_tokens <= 0:
-            stats.jobs_finished += 1
-            self._end(job, JobStatus.FINISHED, event.finish_reason or "length")
-        elif event.finish_reason == "abort":  # the engine dropped it by itself
-            stats.jobs_failed += 1
-            self._end(job, JobStatus.FAILED, None, error="engine aborted the request")
-        else:  # preempted, out of its token budget (a slice), or its engine went down
-            if job.stop_request is StopRequest.PREEMPT:
-                job.num_preemptions += 1
-                stats.preemptions += 1
-            elif event.finish_reason == "length":
-                stats.budget_yields += 1
+        ending = outcomes.of_stop(job, event, lane.stats)
+        if ending is None:  # back to wait (preempted, a slice, its engine went down)
             self._enqueue(job)
+        else:
+            self._end(job, *ending)
 
-    def _on_engine_down(self, event: EngineDown) -> None:
-        self._by_name[event.executor].down_reason = event.why
-
-    def _on_engine_up(self, event: EngineUp) -> None:
-        lane = self._by_name[event.executor]
-        log.info("executor %s is up again", lane.name)
-        lane.down_reason = None
+    def _on_engine(self, event: EngineDown | EngineUp | Capacity | EngineFailed) -> None:
+        """An executor's engine went down, is up again, said what it holds (memory
+        admission's limits) or failed for good."""
+        self._by_name[event.executor].engine_changed(event, self.config.fixed_running)
+        self.estimates.refresh()
         self._dirty = True
-
-    def _on_engine_failed(self, event: EngineFailed) -> None:
-        lane = self._by_name[event.executor]
-        lane.down_reason, lane.failed = event.why, True
-        if all(other.failed for other in self.lanes):
+        if isinstance(event, EngineFailed) and all(other.failed for other in self.lanes):
             self.fail_waiting(f"no engine is available: {event.why}; the server restarts, "
                               "retry shortly")
             self.failed.set()
@@ -341,13 +272,11 @@ class Scheduler:
         """Live reload: new limits, aging and policy; waiting jobs are re-ranked, none lost."""
         config, policy = event.settings, event.policy
         self.config, self.policy = config, policy
-        policy.length_scale = self.calibration.scale if config.calibrate_lengths else 1.0
-        policy.trust_budget = config.trust_budget
+        self.estimates.adopt(policy, config)
         self.repredictor.timeout_s = policy.repredict_timeout_s
-        self.waiting.rekey(policy.order_key, self._wait_bound())
+        self.waiting.rekey(policy.order_key, self.estimates.wait_bound())
         self._policy_wakeup = None
         for lane in self.lanes:
-            lane.max_running = config.max_running
             for job in lane.running.values():  # running jobs keep going; new checkpoints
                 job.checkpoint_tokens = policy.next_checkpoint(job)
         self._dirty = True
@@ -357,12 +286,9 @@ class Scheduler:
     def dispatch(self) -> None:
         """One decision round: launch what fits, preempt what pays, let the policy review."""
         ctx = DispatchContext(self.now(), self.waiting, self.lanes)
-        for job, view in decisions.assignments(ctx, self.policy, self.config.aging.lookahead):
-            lane = self._by_name.get(view.name)
-            if lane is None or lane.free_slots <= 0 or not self.waiting.remove(job):
-                log.error("policy %s proposed an invalid dispatch of %s to %s",
-                          self.policy.name, job.job_id, view.name)
-                break
+        for job, lane in decisions.launches(ctx, self.policy, self.config.aging.lookahead,
+                                            self._by_name, self.estimates.footprint):
+            self.waiting.remove(job)
             self._launch(job, lane)
         if self.config.aging.preempt and len(self.waiting):
             for victim in decisions.for_promoted(ctx, self.policy):
@@ -381,14 +307,15 @@ class Scheduler:
         job.tokens_at_dispatch = job.num_generated_tokens
         job.stop_request = None
         job.checkpoint_tokens = self.policy.next_checkpoint(job)
-        lane.admit(job)
+        kv_tokens = self.estimates.footprint(job)
+        lane.admit(job, kv_tokens)
+        self.estimates.launched(kv_tokens)
         lane.stats.jobs_started += 1
         budget = job.num_remaining_budget_tokens
         if job.resumes_exactly and (slice_tokens := self.policy.token_budget(job)) is not None:
             budget = min(budget, slice_tokens)  # a job that cannot resume exactly: no slices
         lane.commands.put_nowait(Launch(
-            job_id=job.job_id, dispatch=job.num_dispatches,
-            prompt_token_ids=job.prompt_token_ids,
+            job_id=job.job_id, dispatch=job.num_dispatches, prompt_token_ids=job.prompt_token_ids,
             generated_token_ids=list(job.generated_token_ids), sampling=job.sampling,
             max_new_tokens=budget, engine_priority=self.policy.engine_priority(job),
             stream=self._streams[job.job_id], resume_offloaded=job.kv_offloaded,
@@ -397,11 +324,7 @@ class Scheduler:
     def _preempt(self, job: Job, ctx: DispatchContext) -> None:
         """Stop the job at its next token boundary, with the policy's word on where its KV
         waits (OFFLOAD: its executor saves it to kvstore first)."""
-        try:
-            job.kv_residency = self.policy.preempt_residency(job, ctx)
-        except Exception:  # a policy bug costs a recompute, never the preemption
-            log.exception("policy %s: residency of %s failed", self.policy.name, job.job_id)
-            job.kv_residency = KVResidency.DROP
+        job.kv_residency = outcomes.residency(job, self.policy, ctx)
         self._stop(job, StopRequest.PREEMPT)
 
     def _stop(self, job: Job, why: StopRequest) -> None:
@@ -416,16 +339,13 @@ class Scheduler:
 
     def _checkpoint(self, job: Job) -> None:
         """A running job reached its checkpoint: the policy updates its estimates."""
-        job.checkpoint_tokens = None
-        try:
-            decision = self.policy.on_checkpoint(job, self.now())
-            if decision.predicted_output_tokens is not None:
-                self._set_prediction(job, decision.predicted_output_tokens)
-            mark = self.policy.next_checkpoint(job)
-        except Exception:  # a policy bug must not fail the job that is streaming
-            log.exception("policy %s: checkpoint of %s failed", self.policy.name, job.job_id)
+        decision = outcomes.at_checkpoint(job, self.policy, self.now())
+        if decision is None:
             return
-        job.checkpoint_tokens = mark if mark is None else max(mark, job.num_generated_tokens + 1)
+        if decision.predicted_output_tokens is not None:
+            self._set_prediction(job, decision.predicted_output_tokens)
+        if not outcomes.set_next_checkpoint(job, self.policy):
+            return
         if decision.repredict:
             self.repredictor.request(job)
         self._dirty = True
@@ -445,9 +365,7 @@ class Scheduler:
         job.finish_reason = reason
         self._jobs.pop(job.job_id, None)
         self._streams.pop(job.job_id).finish(reason, error)
-        if self.config.calibrate_lengths:
-            self.calibration.observe(job)
-            self.policy.length_scale = self.calibration.scale
+        self.estimates.job_ended(job)
         if self._ended is not None:
             self._ended.put_nowait(job)
         if not self._jobs and not self._submitted:

@@ -54,8 +54,10 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # oracle-sjf and oracle-srpt need true lengths (benchmarks only).
     policy: str = "fcfs"
     # Jobs admitted to one executor at once; the rest wait in lengthwise, where the policy
-    # orders them. Must be <= engine.max_num_seqs.
-    max_running: Annotated[int, msgspec.Meta(ge=1)] = 4
+    # orders them. "auto": as many as the engine's KV cache holds at their predicted
+    # footprint (prompt + an upper quantile of the answer: core/admission.py), at most
+    # engine.max_num_seqs. A number: that many (<= engine.max_num_seqs), whatever memory.
+    max_running: Annotated[int, msgspec.Meta(ge=1)] | Literal["auto"] = "auto"
     # Waiting jobs beyond this are refused with 429.
     max_waiting: Annotated[int, _NonNegative] = 1024
     # Learn the factor between predicted and actual lengths from jobs that stopped by
@@ -69,4 +71,17 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # do (least_queue, round_robin: the fleet benchmark's comparisons).
     placement: Annotated[Literal["predicted", "least_queue", "round_robin"],
                          BENCH_KNOB] = "predicted"
+    # Memory admission's upper estimate of an answer: this quantile of its predicted length
+    # (where the predictor has a quantile head covering it; the shipped one has 0.1-0.9) ...
+    admission_quantile: Annotated[float, msgspec.Meta(gt=0, lt=1), BENCH_KNOB] = 0.9
+    # ... else the point prediction times this.
+    upper_factor: Annotated[float, msgspec.Meta(ge=1), BENCH_KNOB] = 2.0
+    # Learn each engine's step times from the steps it serves (core/clock.py); off: every
+    # estimate stays on the configured cost model (to measure what learning buys).
+    learn_clock: Annotated[bool, BENCH_KNOB] = True
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
+
+    @property
+    def fixed_running(self) -> int | None:
+        """max_running when it is a number; None for "auto"."""
+        return None if self.max_running == "auto" else int(self.max_running)

@@ -1,10 +1,11 @@
 """The executor: one long-lived task per device, the only way the core reaches an engine.
 
 `run` takes commands from the executor's queue (Launch, Stop, Shutdown: daemon.core.events)
-and reports what happens as events into the core's inbox: a dispatch's first output
-(Started), each engine step's tokens as one Tokens event, each dispatch's end (Stopped,
-with the engine's finish reason; the core decides what it means for the job), and its
-engine's health (EngineDown, EngineUp, EngineFailed). Tokens also go straight to the job's
+and reports what happens as events into the core's inbox: what its engine holds (Capacity:
+KV blocks and batch cap, when the task starts and after each restart), a dispatch's first
+output (Started), each engine step's tokens as one Tokens event, each dispatch's end
+(Stopped, with the engine's finish reason; the core decides what it means for the job),
+and its engine's health (EngineDown, EngineUp, EngineFailed). Tokens also go straight to the job's
 output stream, so a client never waits for the core.
 
 A subclass supplies the engine: `start`, `_begin` (start generating one dispatch),
@@ -33,6 +34,7 @@ import msgspec
 
 from daemon.config import EngineConfig
 from daemon.core.events import (
+    Capacity,
     Command,
     EngineDown,
     EngineFailed,
@@ -111,9 +113,13 @@ class Executor(abc.ABC):
         self.restarts = 0  # successful restarts, for /metrics and logs
         # The engine's own view as it last reported it; None until it did.
         self.reported_stats: EngineStats | None = None
+        # Requests the engine itself preempted (its KV cache ran out), over every engine
+        # this executor ran: vLLM's vllm:num_preemptions.
+        self.engine_preemptions = 0
         self._inbox = inbox
         self._runs: dict[str, Run] = {}  # job id -> its dispatch here
         self._step: list[tuple[str, list[int]]] = []  # tokens not yet reported
+        self._ends: list[Stopped] = []  # ends of runs whose last tokens are in _step
         self._flush_pending = False
         # Restart attempts since the engine last produced a token: an engine that restarts
         # but never serves must not be restarted forever.
@@ -130,6 +136,7 @@ class Executor(abc.ABC):
         Ends on Shutdown (or cancellation), leaving the engine to `shutdown`."""
         loop = asyncio.get_running_loop()
         self._progress_time = next_check = loop.time()
+        self._report_capacity()
         try:
             while True:
                 command = None
@@ -189,6 +196,9 @@ class Executor(abc.ABC):
         if self._step:
             step, self._step = self._step, []
             self._inbox.put_nowait(Tokens(self.name, asyncio.get_running_loop().time(), step))
+        ends, self._ends = self._ends, []
+        for stopped in ends:
+            self._inbox.put_nowait(stopped)
 
     def _end_run(self, run: Run, finish_reason: str | None, error: str | None = None,
                  kv_offloaded: bool = False) -> None:
@@ -196,9 +206,16 @@ class Executor(abc.ABC):
         if self._runs.get(run.job_id) is not run:
             return
         del self._runs[run.job_id]
-        self._flush()  # its tokens reach the core before its end
-        self._inbox.put_nowait(Stopped(self.name, run.job_id, finish_reason, error,
-                                       kv_offloaded))
+        stopped = Stopped(self.name, run.job_id, finish_reason, error, kv_offloaded)
+        if self._flush_pending:  # its last tokens reach the core first, in their step's one
+            self._ends.append(stopped)  # Tokens event (the core times steps by them)
+        else:
+            self._inbox.put_nowait(stopped)
+
+    def _report_capacity(self) -> None:
+        capacity = self.capacity()
+        if capacity is not None:
+            self._inbox.put_nowait(capacity)
 
     def _engine_failed(self, why: str) -> None:
         """A generation hit an engine failure: the task takes the engine out of service."""
@@ -261,6 +278,7 @@ class Executor(abc.ABC):
             self.restarts += 1
             self.down_reason = None
             log.info("executor %s is up again", self.name)
+            self._report_capacity()
             self._inbox.put_nowait(EngineUp(self.name))
             return
         self.failed = True
@@ -309,6 +327,10 @@ class Executor(abc.ABC):
     async def restart_engine(self) -> None:
         """Replace a failed engine with a fresh, warm one; raise if that fails."""
         raise NotImplementedError(f"executor {self.name} cannot restart its engine")
+
+    def capacity(self) -> Capacity | None:
+        """What the running engine holds (KV blocks, batch cap); None if it cannot say."""
+        return None
 
     def engine_stats(self) -> EngineStats | None:
         """What the engine last said about itself (read by /metrics at scrape time)."""

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from daemon.core.events import Event
+from daemon.core.events import Capacity, Event
 from daemon.core.job import StopRequest
 from daemon.executors.base import EngineStats, Executor, Run
 from daemon.executors.settings import SIM_KV_BLOCK_TOKENS, EngineConfig, SimConfig
@@ -105,6 +105,10 @@ class SimExecutor(Executor):
             for seq in batch:
                 if self._seqs.get(seq.run.job_id) is seq:
                     self._advance(seq)
+
+    def capacity(self) -> Capacity:
+        return Capacity(self.name, self.cost.kv_capacity_tokens // SIM_KV_BLOCK_TOKENS,
+                        SIM_KV_BLOCK_TOKENS, self.config.max_num_seqs)
 
     def engine_stats(self) -> EngineStats:
         """As vLLM would report them, computed when asked: every admitted job runs in the

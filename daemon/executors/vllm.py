@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 
 from daemon.config import Config
-from daemon.core.events import Event, Launch
+from daemon.core.events import Capacity, Event, Launch
 from daemon.core.job import StopRequest
 from daemon.executors import enginefork, spawn
 from daemon.executors.base import EngineStats, Executor, KVStoreTotals, Run
@@ -55,6 +55,8 @@ class _StatsRecorder:
 
     def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
                engine_idx: int = 0) -> None:
+        if iteration_stats is not None:  # vLLM's own vllm:num_preemptions counts these
+            self._executor.engine_preemptions += iteration_stats.num_preempted_reqs
         if scheduler_stats is None:
             return
         if kvstore := getattr(scheduler_stats, "kv_connector_stats", None):
@@ -236,6 +238,15 @@ class VLLMExecutor(Executor):
         if self._engine is not None:
             engine, self._engine = self._engine, None
             engine.shutdown()
+
+    def capacity(self) -> Capacity | None:
+        """The engine's KV blocks (less the one vLLM keeps as its null block) and its
+        batch cap, as the engine sized them at start."""
+        stats, engine = self.reported_stats, self._engine
+        if stats is None or engine is None or stats.num_gpu_blocks <= 1:
+            return None
+        max_num_seqs = int(engine.vllm_config.scheduler_config.max_num_seqs)
+        return Capacity(self.name, stats.num_gpu_blocks - 1, stats.block_size, max_num_seqs)
 
     def engine_problem(self) -> str | None:
         if self._engine is not None and self._engine.errored:

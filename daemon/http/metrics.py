@@ -12,7 +12,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from daemon.core.costmodel import TERMS
 from daemon.core.job import Job, JobStatus
+from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
 from daemon.executors.base import Executor
 from daemon.prediction import Predictions
@@ -57,16 +59,26 @@ class _SchedulerCollector(Collector):
         yield GaugeMetricFamily("lengthwise_prediction_scale", "Learned actual / predicted "
                                 "output length (geometric mean over jobs that stopped by "
                                 "themselves; 1 until 20 were seen)",
-                                value=sched.calibration.scale)
+                                value=sched.estimates.calibration.scale)
         running = GaugeMetricFamily("lengthwise_running_jobs", "Jobs admitted to an executor",
                                     labels=["executor"])
-        limit = GaugeMetricFamily("lengthwise_max_running", "Admission cap per executor "
-                                  "(scheduler.max_running)", labels=["executor"])
+        limit = GaugeMetricFamily("lengthwise_max_running", "Admission cap by count per "
+                                  "executor (scheduler.max_running, or under \"auto\" the "
+                                  "engine's max_num_seqs)", labels=["executor"])
+        kv_blocks = GaugeMetricFamily("lengthwise_kv_blocks", "KV blocks the executor's "
+                                      "engine can give requests, as it reported",
+                                      labels=["executor"])
+        reserved = GaugeMetricFamily("lengthwise_kv_reserved_blocks", "KV blocks reserved "
+                                     "by admitted jobs' predicted footprints (prompt + an "
+                                     "upper quantile of the answer)", labels=["executor"])
         for lane in sched.lanes:
             running.add_metric([lane.name], len(lane.running))
             limit.add_metric([lane.name], lane.max_running)
-        yield running
-        yield limit
+            reserved.add_metric([lane.name], lane.kv.blocks)
+            if lane.capacity is not None:
+                kv_blocks.add_metric([lane.name], lane.capacity.kv_blocks)
+        yield from (running, limit, kv_blocks, reserved)
+        yield from _clock_families(sched.lanes)
         counters = {
             "jobs_started": "Dispatches to an executor, resumes included",
             "jobs_finished": "Jobs that ended normally", "jobs_aborted": "Jobs aborted",
@@ -98,6 +110,34 @@ class _SchedulerCollector(Collector):
                                   "of the iterative predictor", value=rep.batches)
         yield CounterMetricFamily("lengthwise_repredict_failures", "Re-prediction batches that "
                                   "failed or timed out (old estimates kept)", value=rep.failures)
+
+
+def _clock_families(lanes: Sequence[Lane]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """Each executor's learned step times (daemon/core/clock.py)."""
+    coefficient = GaugeMetricFamily(
+        "lengthwise_step_coefficient_seconds", "Learned engine step cost: step = "
+        "prefill_base_s [prefill] + prefill_per_token_s x prefilled + decode_base_s + "
+        "decode_per_seq_s x batch + decode_per_context_token_s x context tokens",
+        labels=["executor", "term"])
+    step = GaugeMetricFamily("lengthwise_predicted_decode_step_seconds", "Predicted seconds "
+                             "of the executor's next decode step: its running batch and "
+                             "context (one sequence when idle) on the learned clock",
+                             labels=["executor"])
+    samples = CounterMetricFamily("lengthwise_step_samples", "Engine steps the clock "
+                                  "learned from (idle gaps excluded)", labels=["executor"])
+    error = GaugeMetricFamily("lengthwise_step_fit_error", "Median relative error of the "
+                              "clock's last fit over its window of steps", labels=["executor"])
+    for lane in lanes:
+        clock = lane.clock
+        for term, value in zip(TERMS, clock.cost.vector(), strict=True):
+            coefficient.add_metric([lane.name, term], value)
+        context = sum(job.num_prompt_tokens + job.num_generated_tokens
+                      for job in lane.running.values())
+        step.add_metric([lane.name], clock.decode_step_s(max(len(lane.running), 1), context))
+        samples.add_metric([lane.name], clock.samples)
+        if clock.fits:
+            error.add_metric([lane.name], clock.fit_error)
+    yield from (coefficient, step, samples, error)
 
 
 def _kv_families(sched: Scheduler, executors: Sequence[Executor]
@@ -165,11 +205,16 @@ class _EngineCollector(Collector):
                                "0 while it is down or restarting", labels=["executor"])
         restarts = CounterMetricFamily("lengthwise_engine_restarts", "Engines replaced after "
                                        "they died or hung", labels=["executor"])
+        preemptions = CounterMetricFamily("lengthwise_engine_preemptions", "Requests the "
+                                          "engine preempted by itself (its KV cache ran out)",
+                                          labels=["executor"])
         for ex in self._executors:
             up.add_metric([ex.name], float(ex.down_reason is None))
             restarts.add_metric([ex.name], ex.restarts)
+            preemptions.add_metric([ex.name], ex.engine_preemptions)
         yield up
         yield restarts
+        yield preemptions
 
 
 class Metrics:

@@ -17,7 +17,7 @@ import logging
 import statistics
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from daemon.core.job import Job, SamplingSpec
@@ -35,8 +35,13 @@ class RouterCollector(Collector):
         self._predictions = service.predictions
         self.recent = service.metrics.recent
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         yield from self._vllm_families()
+        preemptions = CounterMetricFamily("vllm:num_preemptions", "Cumulative number of "
+                                          "preemption from the engine.", labels=_LABELS)
+        preemptions.add_metric([self._service.config.model.name, "all"],
+                               sum(ex.engine_preemptions for ex in self._service.executors))
+        yield preemptions
         yield self._outstanding()
         yield GaugeMetricFamily(
             "lengthwise_estimated_wait_seconds", "Estimated seconds until a new request of "
@@ -117,12 +122,13 @@ class RouterCollector(Collector):
                 float(statistics.median(recent.output_tokens)))
 
     def seconds_per_token(self) -> float:
-        """Per-job decode time per token: median of recent jobs, else the policies' cost
-        model (`[costmodel] profile` or the generic one) at a full batch."""
-        if self.recent.tpot_s:
-            return statistics.median(self.recent.tpot_s)
-        cost = self._service.scheduler.policy.cost
-        return cost.decode_base_s + cost.decode_per_seq_s * self._service.config.scheduler.max_running
+        """Per-job decode time per token: one decode step of a full batch (the jobs one
+        executor runs together at load) of median-size jobs, on the engines' learned clock
+        (daemon/core/clock.py)."""
+        policy = self._scheduler.policy
+        prompt_tokens, output_tokens = self.median_job()
+        batch = policy.batch_hint
+        return policy.cost.step_s(0, batch, batch * (prompt_tokens + output_tokens / 2))
 
     def estimated_wait_s(self) -> float:
         """Fluid estimate: a new median-size job starts once the work ahead of it (running
@@ -131,7 +137,7 @@ class RouterCollector(Collector):
         a slot is free for it."""
         sched = self._scheduler
         ahead = self._jobs_ahead()
-        slots = sum(ex.max_running for ex in sched.lanes)
+        slots = sum(sched.estimates.slots(lane) for lane in sched.lanes)
         if sched.num_running + len(ahead) < slots:
             return 0.0
         work = sum(self.expected_remaining(job) for ex in sched.lanes

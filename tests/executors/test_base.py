@@ -12,7 +12,17 @@ import pytest
 import pytest_asyncio
 
 from daemon.config import EngineConfig, SchedulerConfig, SimConfig
-from daemon.core.events import EngineDown, EngineUp, Event, Launch, Started, Stop, Stopped, Tokens
+from daemon.core.events import (
+    Capacity,
+    EngineDown,
+    EngineUp,
+    Event,
+    Launch,
+    Started,
+    Stop,
+    Stopped,
+    Tokens,
+)
 from daemon.core.job import Job, SamplingSpec, StopRequest
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
@@ -116,7 +126,9 @@ async def test_an_executor_marked_down_is_restarted_at_once() -> None:
         executor._engine_failed("the engine died")
         await _until(lambda: executor.restarts == 1, timeout_s=2.0)
         assert executor.down_reason is None
-        assert [type(e) for e in inbox._queue] == [EngineDown, EngineUp]  # type: ignore[attr-defined]
+        # What the engine holds when the task starts and again once it is back, then up.
+        assert [type(e) for e in inbox._queue] == [  # type: ignore[attr-defined]
+            Capacity, EngineDown, Capacity, EngineUp]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -141,6 +153,7 @@ async def test_reports_come_in_order_and_stale_commands_change_nothing() -> None
         return await asyncio.wait_for(inbox.get(), 5)
 
     try:
+        assert await next_event() == Capacity("sim0", 8192, 16, 8)  # first: what it holds
         executor.commands.put_nowait(Stop("nobody", StopRequest.ABORT))
         executor.commands.put_nowait(launch("a", 3))
         events = [await next_event() for _ in range(5)]

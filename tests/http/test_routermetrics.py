@@ -139,3 +139,31 @@ async def test_outstanding_tokens_per_executor_is_the_placements_running_total(
     assert sum(lane.load() for lane in lanes) > 0
     for lane in lanes:
         assert by_name[lane.name] == pytest.approx(lane.load(), abs=1e-6)
+
+
+@pytest.mark.asyncio
+async def test_the_learned_clock_admission_and_engine_preemptions_are_exported(
+        service: Service) -> None:
+    app = build_app(service)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://test") as http:
+        for _ in range(4):
+            service.submit(_job(service, 60))
+        lanes = service.scheduler.lanes
+        await _until(lambda: all(lane.clock.fits for lane in lanes))
+        text = (await http.get("/metrics")).text
+    families = scrape(text)
+    preemptions = first(families, "vllm:num_preemptions")  # vLLM's name and meaning
+    assert preemptions.name == "vllm:num_preemptions_total" and preemptions.value == 0
+    assert preemptions.labels["engine"] == "all"
+    base = first(families, "lengthwise_step_coefficient_seconds", executor="sim0",
+                 term="decode_base_s").value
+    # The simulated engine's 8 ms, as the loop runs it in real time (its own work on top).
+    assert base == pytest.approx(0.008, rel=0.25)
+    step = first(families, "lengthwise_predicted_decode_step_seconds", executor="sim0").value
+    assert step == pytest.approx(lanes[0].clock.decode_step_s(
+        max(len(lanes[0].running), 1),
+        sum(j.num_prompt_tokens + j.num_generated_tokens for j in lanes[0].running.values())))
+    assert first(families, "lengthwise_step_samples", executor="sim0").value >= 8
+    assert first(families, "lengthwise_kv_blocks", executor="sim1").value == 8192
+    assert first(families, "lengthwise_engine_preemptions", executor="sim0").value == 0

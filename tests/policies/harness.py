@@ -78,8 +78,8 @@ class CheckedSim(SimExecutor):
     """A SimExecutor that records any job launched while another executor runs it."""
 
     def __init__(self, name: str, inbox: asyncio.Queue[Event], owners: dict[str, str],
-                 problems: list[str]) -> None:
-        super().__init__(name, inbox, SimConfig())
+                 problems: list[str], engine: SimConfig | None = None) -> None:
+        super().__init__(name, inbox, engine or SimConfig())
         self._owners = owners
         self._problems = problems
 
@@ -156,18 +156,22 @@ def make_job(i: int, spec: Spec) -> Job:
 
 def run(config: Config, specs: Sequence[Spec], *, executors: int = 1,
         reload_at: tuple[float, Config] | None = None,
-        predictor: RemainingPredictor | None = None, horizon_s: float = 100_000.0) -> Result:
+        predictor: RemainingPredictor | None = None, horizon_s: float = 100_000.0,
+        engine: SimConfig | None = None) -> Result:
+    """engine: the simulated engine's costs (default: the generic ones, which are also the
+    config's cost model, the prior the core's clock starts from)."""
     with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
-        return runner.run(_run(config, specs, executors, reload_at, predictor, horizon_s))
+        return runner.run(_run(config, specs, executors, reload_at, predictor, horizon_s,
+                               engine))
 
 
 async def _run(config: Config, specs: Sequence[Spec], executors: int,
                reload_at: tuple[float, Config] | None, predictor: RemainingPredictor | None,
-               horizon_s: float) -> Result:
+               horizon_s: float, engine: SimConfig | None) -> Result:
     owners: dict[str, str] = {}
     problems: list[str] = []
     inbox: asyncio.Queue[Event] = asyncio.Queue()
-    exs = [CheckedSim(f"sim{i}", inbox, owners, problems) for i in range(executors)]
+    exs = [CheckedSim(f"sim{i}", inbox, owners, problems, engine) for i in range(executors)]
     for ex in exs:
         await ex.start()
     ended: asyncio.Queue[Job] = asyncio.Queue()

@@ -4,8 +4,11 @@ and the core's timer makes aging and preemption happen when no slot frees."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from daemon.config import PoliciesConfig
+from daemon.config import PoliciesConfig, SimConfig
+from daemon.core.costmodel import TERMS, CostModel
 from daemon.core.job import Job, JobStatus
 from daemon.core.policy import DispatchContext
 from daemon.policysetup import make_policy
@@ -140,3 +143,40 @@ def test_aging_counts_total_wait_across_preemptions_and_protects_promoted_jobs()
     assert 2 <= long.num_preemptions < 50
     assert long.waited_s == pytest.approx(sum(d.waited_s for d in runs))
     assert long.status is JobStatus.FINISHED
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(policy=st.sampled_from(["ssjf", "isrtf", "alise", "hrrn", "oracle-sjf"]),
+       speed=st.sampled_from([0.25, 0.5, 2.0, 4.0]), slowdown=st.sampled_from([2.0, 4.0, 8.0]),
+       max_running=st.integers(1, 3), load=st.floats(0.6, 1.5), lookahead=st.booleans())
+def test_the_bound_is_in_the_engines_learned_seconds(policy: str, speed: float, slowdown: float,
+                                                     max_running: int, load: float,
+                                                     lookahead: bool) -> None:
+    """The engine runs `speed` x slower or faster than the configured cost model (the
+    clock's prior). The job a policy would starve, among shorts arriving at `load` x what
+    the slots serve, starts within its aging bound in the engine's learned seconds plus one
+    short job's service (none with the look-ahead guard); without the clock its deadline
+    would stay in prior seconds, up to 4x off."""
+    prior = SimConfig()
+    engine = SimConfig(**{term: getattr(prior, term) * speed for term in TERMS})
+    truth = CostModel.from_sim(engine)
+    short_s = truth.wall_s(30, 30, 5, max_running)
+    gap = short_s / max_running / load
+    shorts = [Spec(gap * i, 30, 5, predicted=5.0) for i in range(int(3.0 * speed / gap) + 20)]
+    workload = [*shorts[:1], Spec(gap / 2, 30, 100, predicted=100.0), *shorts[1:]]
+    config = harness.make_config(policy, max_running=max_running, promote_after_s=600.0,
+                                 policies=PARAMS, slowdown=slowdown, preempt=True,
+                                 lookahead=lookahead)
+    result = harness.run(config, workload, engine=engine)
+    assert result.drained
+    clock = result.scheduler.lanes[0].clock
+    assert clock.decode_step_s(2, 100) == pytest.approx(truth.step_s(0, 2, 100), rel=0.02)
+    long = long_job(result)
+    first = next(d for d in result.dispatches if d.job_id == long.job_id)
+    assert first.bound_s is not None
+    # The bound is slowdown x the typical service in learned seconds: shorts and the long
+    # one, all on the engine's clock (a typical job is at most the long one).
+    assert first.bound_s <= slowdown * truth.wall_s(30, 30, 100, max_running) * 1.01
+    slack = 1e-6 if lookahead else short_s
+    assert first.waited_s <= first.bound_s + slack

@@ -115,6 +115,11 @@ def test_trained_proxy_gives_ordered_quantiles(small_train, small_proxy) -> None
         predictor.predict_quantiles(inputs[:1], (0.99,))
     # the point estimate is unchanged by the quantile head
     assert predictor.predict(inputs[:3]) == predictor.predict(inputs[:3])
+    # what the daemon asks (memory admission): both from one pass, the same numbers
+    points, upper = predictor.predict_with_upper(inputs, 0.9)
+    assert points == pytest.approx(predictor.predict(inputs))
+    assert upper == pytest.approx([c for _, _, c in quant])
+    assert predictor.predict_with_upper(inputs[:1], 0.99)[1] is None  # outside: none
 
 
 def test_model_without_quantiles_says_so(small_train, tmp_path) -> None:
@@ -126,6 +131,7 @@ def test_model_without_quantiles_says_so(small_train, tmp_path) -> None:
     assert predictor.predict([inp])[0] >= 1.0
     with pytest.raises(NotImplementedError):
         predictor.predict_quantiles([inp])
+    assert predictor.predict_with_upper([inp], 0.9)[1] is None
 
 
 def test_listnet_objective_trains(small_train, tmp_path) -> None:

@@ -1,0 +1,118 @@
+"""Memory-aware admission (`scheduler.max_running = "auto"`): a lane admits jobs while the
+predicted KV footprint of its running set fits its engine's KV cache, and never more than
+the engine's max_num_seqs. The rest wait in lengthwise, where the policy orders them,
+instead of in the engine, whose own preemption (recompute) is what a full cache costs.
+
+A job's footprint is its context (prompt + generated tokens) plus the rest of its answer
+at an upper quantile of its predicted length (the predictor's quantile head,
+`Predicted.upper_tokens`; a predictor without one: the point prediction x `upper_factor`),
+scaled by the core's length calibration, capped by its token budget where budgets are
+trusted, in whole KV blocks. A job not predicted yet (fcfs queues before predicting)
+counts the same quantile of recently observed answer lengths, or its whole budget until
+MIN_OBSERVED were seen. A running job past its estimate counts its context plus one block.
+A lane with nothing running admits any job: one bigger than the cache is the engine's
+to handle.
+
+The executor reports what its engine holds (a Capacity event: when it starts, after each
+restart); until then a lane admits by count only.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+
+from daemon.core.events import Capacity
+from daemon.core.job import Job
+
+MIN_OBSERVED = 20  # observed answers before their quantile stands in for a missing prediction
+_RECENT = 256  # observed answers kept
+_REQUANTILE_EVERY = 16  # observations between recomputations of their quantile
+
+
+class KVLedger:
+    """The KV tokens reserved for each running job of one lane and their sum in blocks,
+    one O(1) update per change."""
+
+    __slots__ = ("_of", "block_size", "blocks")
+
+    def __init__(self) -> None:
+        self.block_size = 16  # tokens per block: the engine's, once reported
+        self.blocks = 0  # reserved by the running jobs
+        self._of: dict[str, tuple[float, int]] = {}  # job id -> (tokens, blocks)
+
+    def blocks_for(self, tokens: float) -> int:
+        return max(math.ceil(tokens / self.block_size), 1)
+
+    def reserve(self, job_id: str, tokens: float) -> None:
+        """Set the job's reservation (replacing any earlier one)."""
+        self.remove(job_id)
+        blocks = self.blocks_for(tokens)
+        self._of[job_id] = (tokens, blocks)
+        self.blocks += blocks
+
+    def grow(self, job_id: str, context_tokens: int) -> None:
+        """The job's context grew: a job past its reservation reserves one block more."""
+        held = self._of.get(job_id)
+        if held is not None and context_tokens + 1 > held[0]:
+            self.reserve(job_id, context_tokens + self.block_size)
+
+    def remove(self, job_id: str) -> None:
+        held = self._of.pop(job_id, None)
+        if held is not None:
+            self.blocks = self.blocks - held[1] if self._of else 0
+
+    def __len__(self) -> int:
+        return len(self._of)
+
+
+class Footprints:
+    """Each job's predicted KV footprint in tokens, with what the core learned: the length
+    calibration (`scale`) and recently observed answer lengths."""
+
+    def __init__(self, quantile: float, upper_factor: float) -> None:
+        self.quantile = quantile  # level of the upper estimate
+        self.upper_factor = upper_factor  # upper / point where no quantile was predicted
+        self._recent: collections.deque[int] = collections.deque(maxlen=_RECENT)
+        self._since = 0  # observations since the quantile was computed
+        self._recent_upper: float | None = None
+
+    def observe(self, job: Job) -> None:
+        """A job ended: its answer's length, if known, joins the recent ones."""
+        actual = job.observed_output_tokens
+        if actual is None:
+            return
+        self._recent.append(actual)
+        self._since += 1
+        if len(self._recent) >= MIN_OBSERVED and (
+                self._recent_upper is None or self._since >= _REQUANTILE_EVERY):
+            self._recent_upper = float(np.quantile(np.asarray(self._recent), self.quantile))
+            self._since = 0
+
+    def upper_output(self, job: Job, scale: float) -> float | None:
+        """Total output tokens at the upper estimate; None when nothing is known."""
+        point = job.predicted_output_tokens
+        if job.predicted_upper_tokens is not None:
+            return max(job.predicted_upper_tokens, point or 0.0) * scale
+        if point is not None:
+            return point * self.upper_factor * scale
+        return self._recent_upper
+
+    def tokens(self, job: Job, scale: float, budget_caps: bool = True) -> float:
+        """Prompt + generated + the rest of the answer at the upper estimate."""
+        generated = job.num_generated_tokens
+        budget = max(job.num_remaining_budget_tokens, 1)
+        upper = self.upper_output(job, scale)
+        rest = float(budget) if upper is None else max(upper - generated, 1.0)
+        if budget_caps or upper is None:
+            rest = min(rest, budget)
+        return job.num_prompt_tokens + generated + rest
+
+
+def fits(capacity: Capacity | None, ledger: KVLedger, running: int, tokens: float) -> bool:
+    """Whether a job of `tokens` fits beside the lane's `running` jobs."""
+    if capacity is None or running == 0:
+        return True
+    return ledger.blocks + ledger.blocks_for(tokens) <= capacity.kv_blocks

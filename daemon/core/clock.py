@@ -1,0 +1,193 @@
+"""The daemon's own clock: each executor's engine step times, learned online from the steps
+it serves, so that every estimate in seconds (aging bounds, ALISE's times, SCLS's batches,
+placement, Retry-After, the estimated wait) is in its engine's seconds, not a generic
+engine's.
+
+Learned in the core, per lane, from the events it already gets, not from a step-timing
+event of the executors': the core receives one Tokens event per engine step, stamped with
+the loop time its output arrived, and each dispatch's Started event (its context and the
+engine's cached tokens) just before that dispatch's first Tokens. That is everything a
+step's cost depends on (tokens prefilled, batch, context) and its duration (the interval
+since the lane's previous step). So one code path serves every executor (vLLM, simulated;
+real or virtual time), no event is added per step, and what is measured is the step period
+the daemon experiences, the engine's output handling included.
+
+The model is CostModel's (so policies read the learned coefficients through the interface
+they already use):
+    step_s = prefill_base x [prefill > 0] + prefill_per_token x prefill
+             + n x (decode_base + decode_per_seq x batch + decode_per_context_token x context)
+for a step that gave each of `batch` jobs `n` tokens (n > 1 only when the loop merged
+steps), with `context` tokens cached in the batch before it.
+
+Idle gaps never count: an interval is a step sample only if some job got tokens in both
+steps (the engine had work all along); a lane that empties forgets its last step.
+
+Fit: non-negative least squares on relative error (as `lengthwise profile` fits) over the
+last WINDOW samples, pulled weakly toward the prior (the configured cost model, scaled by
+how much faster or slower the engine is overall; PRIOR_WEIGHT), so that terms the traffic
+does not vary (a batch that is always 4) keep the prior's ratio; one trimming pass drops
+outliers (a GC pause, a late loop). It
+refits after 8, 16, 32, ... samples, then every REFIT_EVERY: within the first second of
+traffic on a CPU engine (steps of a few ms), for ~1 ms of the loop's time per fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from scipy.optimize import nnls
+
+from daemon.core.costmodel import TERMS, CostModel
+
+WINDOW = 1024  # most recent step samples the fit reads
+# Pull toward the prior (scaled to the engine's overall speed): a term 100 % off it costs
+# what one sample 10 % off costs. Weak on purpose: it only settles what the traffic does not
+# vary.
+PRIOR_WEIGHT = 0.01
+MIN_SAMPLES = 8  # samples before the first fit: the prior until then
+REFIT_EVERY = 256  # samples between fits once the doubling reaches it
+_TRIM_PASSES = 2
+_TRIM_Z = 4.0  # samples further than this many robust deviations are outliers
+_MIN_TRIM = 0.05  # ... and never closer than 5 % relative error
+_MAD_SIGMA = 1.4826  # median absolute deviation -> standard deviation (normal errors)
+
+
+class StepClock:
+    """One executor's step times: the samples its steps give and the cost model fitted to
+    them. Only the core's loop calls it."""
+
+    def __init__(self, prior: CostModel | None = None) -> None:
+        self.prior = prior or CostModel()
+        self.cost = self.prior  # the current estimate: the prior until MIN_SAMPLES
+        self.samples = 0  # step samples taken (all time)
+        self.fits = 0
+        self.fit_error = math.nan  # median |relative error| of the last fit on its window
+        self._x = np.zeros((WINDOW, len(TERMS)))
+        self._y = np.zeros(WINDOW)
+        self._next_fit = MIN_SAMPLES
+        self._last_time: float | None = None
+        self._last_jobs: frozenset[str] = frozenset()
+        self._prefill: dict[str, int] = {}  # job id -> tokens its next step prefills
+
+    def set_prior(self, prior: CostModel) -> None:
+        """A new configured cost model (reload): the samples stay, the pull changes."""
+        self.prior = prior
+        if self.fits:
+            self._fit()
+        else:
+            self.cost = prior
+
+    def started(self, job_id: str, prefill_tokens: int) -> None:
+        """A dispatch's first output is on its way: its step prefilled these tokens."""
+        self._prefill[job_id] = max(prefill_tokens, 0)
+
+    def forget(self, job_id: str) -> None:
+        self._prefill.pop(job_id, None)
+
+    def idle(self) -> None:
+        """The lane has no job left: the next interval includes idle time."""
+        self._last_time, self._last_jobs = None, frozenset()
+        self._prefill.clear()
+
+    def step(self, time: float, jobs: Sequence[tuple[str, int, int]]) -> bool:
+        """One Tokens event: (job id, its context before the step, tokens it got) for each
+        job in it. True when it refitted the cost model."""
+        ids = frozenset(job_id for job_id, _, _ in jobs)
+        prefill = sum(self._prefill.pop(job_id, 0) for job_id in ids)
+        last, self._last_time = self._last_time, time
+        busy = not self._last_jobs.isdisjoint(ids)
+        self._last_jobs = ids
+        if last is None or not busy or time <= last or not jobs:
+            return False
+        steps = max(max(count for _, _, count in jobs), 1)
+        context = sum(ctx for _, ctx, _ in jobs)
+        row = self.samples % WINDOW
+        self._x[row] = (1.0 if prefill else 0.0, prefill, steps, steps * len(jobs),
+                        steps * context)
+        self._y[row] = time - last
+        self.samples += 1
+        if self.samples < self._next_fit:
+            return False
+        self._next_fit = min(self.samples * 2, self.samples + REFIT_EVERY)
+        self._fit()
+        return True
+
+    def _fit(self) -> None:
+        n = min(self.samples, WINDOW)
+        x, y = self._x[:n], self._y[:n]
+        prior = np.asarray(self.prior.vector())
+        # Each term is solved for as a multiple u of its scale: the prior's coefficient
+        # times how much slower (or faster) the engine is than the prior says overall, so
+        # terms the traffic cannot tell apart keep the prior's ratio at the engine's speed;
+        # a term the prior has at 0 is scaled by its typical share of a step instead.
+        speed = float(np.median(y / np.maximum(x @ prior, 1e-12)))
+        typical = float(np.median(y)) / np.maximum(np.abs(x).mean(axis=0), 1e-12)
+        scale = np.where(prior > 0, prior * speed, typical)
+        target = (prior > 0).astype(float)
+        keep = np.ones(n, dtype=bool)
+        for _ in range(_TRIM_PASSES):  # fit, drop outliers, fit again
+            u = _solve(x[keep] * scale, y[keep], target)
+            rel = (x * scale) @ u / y - 1.0
+            centre = float(np.median(rel[keep]))
+            spread = _MAD_SIGMA * float(np.median(np.abs(rel[keep] - centre)))
+            inliers = np.abs(rel - centre) <= max(_TRIM_Z * spread, _MIN_TRIM)
+            if inliers.sum() < MIN_SAMPLES or (inliers == keep).all():
+                break
+            keep = inliers
+        self.cost = CostModel.from_vector(u * scale)
+        self.fit_error = float(np.median(np.abs(rel[keep])))
+        self.fits += 1
+
+    def decode_step_s(self, batch: int, context_tokens: float) -> float:
+        """Predicted seconds of one decode step of `batch` sequences holding
+        `context_tokens` in all."""
+        return self.cost.step_s(0, batch, context_tokens)
+
+
+def _solve(x: np.ndarray, y: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Non-negative u minimising sum((x u - y) / y)^2 + PRIOR_WEIGHT |u - target|^2."""
+    pull = math.sqrt(PRIOR_WEIGHT)
+    a = np.vstack([x / y[:, None], pull * np.eye(len(target))])
+    b = np.concatenate([np.ones(len(y)), pull * target])
+    u, _ = nnls(a, b)
+    return np.asarray(u)
+
+
+def pooled(clocks: Iterable[StepClock], prior: CostModel) -> CostModel:
+    """One cost model for estimates that are not about one executor (the policies' own):
+    the mean of the executors' fitted coefficients; the prior while none has fitted."""
+    fitted = [clock.cost.vector() for clock in clocks if clock.fits]
+    if not fitted:
+        return prior
+    return CostModel.from_vector(np.mean(np.asarray(fitted), axis=0))
+
+
+class TypicalJob:
+    """What arriving jobs' predicted service times are made of (an EWMA of their terms),
+    so that the typical service time follows the clock at once instead of ~100 arrivals
+    later. Seconds = CostModel.wall_s of the average job, which is linear in the terms."""
+
+    def __init__(self, weight: float) -> None:
+        self.weight = weight  # EWMA weight of one arrival
+        self._terms: np.ndarray | None = None  # [prefill?, prefill, out, out x mean context]
+
+    def observe(self, context_tokens: float, out_tokens: float) -> None:
+        out = max(out_tokens, 0.0)
+        mean_context = context_tokens + (out + 1) / 2
+        terms = np.array([1.0 if context_tokens > 0 else 0.0, context_tokens, out,
+                          out * mean_context])
+        if self._terms is None:
+            self._terms = terms
+        else:
+            self._terms += self.weight * (terms - self._terms)
+
+    def seconds(self, cost: CostModel, batch: int) -> float:
+        """The typical job's service in a batch of `batch` (0 before any arrival)."""
+        if self._terms is None:
+            return 0.0
+        first, prefill, out, reads = self._terms
+        return float(cost.prefill_base_s * first + cost.prefill_per_token_s * prefill
+                     + (cost.decode_base_s + cost.decode_per_seq_s * batch) * out
+                     + cost.decode_per_context_token_s * batch * reads)

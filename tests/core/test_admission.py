@@ -1,0 +1,179 @@
+"""Memory-aware admission (daemon/core/admission.py, scheduler.max_running = "auto"): the
+real core driven by hand, the engine's KV cache as a Capacity event, Launch commands out."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from daemon.config import SchedulerConfig
+from daemon.core.admission import MIN_OBSERVED, Footprints, KVLedger
+from daemon.core.events import Capacity, Event, Launch, Predicted, Stopped, Tokens
+from daemon.core.job import Job, JobStatus, SamplingSpec
+from daemon.core.lanes import Lane
+from daemon.core.scheduler import Scheduler
+from daemon.core.stream import OutputStream
+from policies.fcfs import FCFS
+
+
+class Core:
+    def __init__(self, lanes: int = 1, max_running: int | str = "auto",
+                 upper_factor: float = 2.0) -> None:
+        self.inbox: asyncio.Queue[Event] = asyncio.Queue()
+        self.commands = [asyncio.Queue[object]() for _ in range(lanes)]
+        config = SchedulerConfig(max_running=max_running, upper_factor=upper_factor)  # type: ignore[arg-type]
+        self.core = Scheduler([Lane(f"e{i}", q, 8) for i, q in enumerate(self.commands)],
+                              FCFS(), config, self.inbox)
+        self.core.accepting = True
+
+    def capacity(self, blocks: int, max_num_seqs: int = 8, lane: int = 0) -> None:
+        self.inbox.put_nowait(Capacity(f"e{lane}", blocks, 16, max_num_seqs))
+
+    def submit(self, *jobs: Job) -> None:
+        for job in jobs:
+            self.core.submit(job, OutputStream())
+
+    def turn(self, lane: int = 0) -> list[str]:
+        """Handle the events at hand, run a decision round: the jobs launched on `lane`."""
+        while not self.inbox.empty():
+            self.core.handle(self.inbox.get_nowait())
+        self.core.dispatch()
+        launched = []
+        while not self.commands[lane].empty():
+            command = self.commands[lane].get_nowait()
+            assert isinstance(command, Launch)
+            launched.append(command.job_id)
+        return launched
+
+    def finish(self, job_id: str, lane: int = 0) -> None:
+        self.inbox.put_nowait(Stopped(f"e{lane}", job_id, "stop"))
+
+
+def job(job_id: str, prompt: int = 32, predicted: float | None = 60.0,
+        upper: float | None = 100.0, max_tokens: int = 1000) -> Job:
+    return Job(job_id=job_id, prompt_token_ids=[1] * prompt, arrival_time=0.0,
+               sampling=SamplingSpec(max_tokens=max_tokens), predicted_output_tokens=predicted,
+               predicted_upper_tokens=upper)
+
+
+@pytest.mark.asyncio
+async def test_admits_while_the_predicted_footprint_fits_then_as_memory_frees() -> None:
+    c = Core()
+    c.capacity(blocks=40)  # 640 tokens of KV
+    # Each: 32 prompt + 100 (upper quantile) = 132 tokens = 9 blocks: 4 fit (36 of 40).
+    c.submit(*(job(f"j{i}") for i in range(6)))
+    assert c.turn() == ["j0", "j1", "j2", "j3"]
+    lane = c.core.lanes[0]
+    assert lane.kv.blocks == 36 and len(c.core.waiting) == 2
+    assert lane.max_running == 8  # the count cap is the engine's max_num_seqs
+    c.finish("j0")
+    assert c.turn() == ["j4"]  # 9 blocks freed, 9 taken
+    c.finish("j1")
+    c.finish("j2")
+    assert c.turn() == ["j5"]
+    assert lane.kv.blocks == 27
+
+
+@pytest.mark.asyncio
+async def test_never_above_max_num_seqs_and_a_lone_job_always_runs() -> None:
+    c = Core()
+    c.capacity(blocks=10_000, max_num_seqs=3)
+    c.submit(*(job(f"s{i}", prompt=4, upper=8.0) for i in range(5)))
+    assert c.turn() == ["s0", "s1", "s2"]  # memory for all, seats for three
+    for i in range(3):
+        c.finish(f"s{i}")
+    assert c.turn() == ["s3", "s4"]
+    c.finish("s3")
+    c.finish("s4")
+    c.turn()
+    c.capacity(blocks=4)  # after a restart: a smaller cache than one job needs
+    c.submit(job("huge", prompt=200), job("next", prompt=4, upper=8.0))
+    assert c.turn() == ["huge"]  # an empty engine takes it (the engine's to handle)
+    assert c.turn() == []  # nothing fits beside it
+    c.finish("huge")
+    assert c.turn() == ["next"]
+
+
+@pytest.mark.asyncio
+async def test_the_head_job_that_does_not_fit_waits_and_the_order_holds() -> None:
+    """FCFS: a big job at the head is not overtaken by small ones while memory frees."""
+    c = Core()
+    c.capacity(blocks=20)
+    c.submit(job("a", upper=100.0), job("big", prompt=100, upper=150.0),
+             job("small", predicted=2.0, upper=4.0))
+    assert c.turn() == ["a"]  # a: 9 blocks; big: 16 blocks do not fit beside it
+    assert [j.job_id for j in c.core.waiting] == ["big", "small"]
+    c.finish("a")
+    assert c.turn() == ["big", "small"]  # 16 + 3 blocks
+
+
+@pytest.mark.asyncio
+async def test_what_the_footprint_is_made_of() -> None:
+    c = Core(upper_factor=3.0)
+    c.capacity(blocks=1000)
+    lane = c.core.lanes[0]
+    c.submit(job("q", upper=100.0), job("point", upper=None), job("none", predicted=None,
+                                                                  upper=None, max_tokens=500),
+             job("capped", upper=100.0, max_tokens=20))
+    assert c.turn() == ["q", "point", "none", "capped"]
+    held = {job_id: tokens for job_id, (tokens, _) in lane.kv._of.items()}
+    assert held == {"q": 132, "point": 32 + 60 * 3, "none": 32 + 500, "capped": 32 + 20}
+    # A running job that reaches its reservation reserves a block more each time.
+    for _ in range(100):
+        c.inbox.put_nowait(Tokens("e0", 0.0, [("q", [5])]))
+    c.turn()
+    assert lane.kv._of["q"][0] == 32 + 100 + 16
+    # A new prediction of a running job (fcfs predicts while it runs) re-reserves it.
+    c.inbox.put_nowait(Predicted("none", 40.0, upper_tokens=90.0))
+    c.turn()
+    assert lane.kv._of["none"][0] == 32 + 90
+
+
+def test_missing_predictions_count_recent_answers_once_enough_were_seen() -> None:
+    prints = Footprints(quantile=0.9, upper_factor=2.0)
+    blind = job("blind", predicted=None, upper=None, max_tokens=2000)
+    assert prints.tokens(blind, 1.0) == 32 + 2000  # nothing known: the budget
+    for n in range(MIN_OBSERVED):
+        done = job(f"d{n}", predicted=None, upper=None)
+        done.generated_token_ids = [1] * (10 * (n + 1))
+        done.status, done.finish_reason = JobStatus.FINISHED, "stop"
+        prints.observe(done)
+    assert prints.tokens(blind, 1.0) == pytest.approx(32 + 181, abs=1)  # p90 of 10..200
+    # Calibration scales predictions (4x too long here), not observed lengths.
+    assert prints.tokens(job("p", upper=400.0), 0.25) == 32 + 100
+
+
+@pytest.mark.asyncio
+async def test_a_fixed_max_running_admits_by_count_whatever_memory() -> None:
+    c = Core(max_running=2)
+    c.capacity(blocks=1)
+    c.submit(*(job(f"f{i}") for i in range(3)))
+    assert c.turn() == ["f0", "f1"]
+    assert c.core.lanes[0].max_running == 2
+
+
+@pytest.mark.asyncio
+async def test_a_job_that_fits_only_elsewhere_goes_there() -> None:
+    c = Core(lanes=2)
+    c.capacity(blocks=20, lane=0)
+    c.capacity(blocks=100, lane=1)
+    c.submit(job("x", upper=100.0), job("y", upper=100.0))  # 9 blocks each
+    launched = c.turn(0)
+    other = c.turn(1)
+    assert sorted(launched + other) == ["x", "y"] and len(launched) == len(other) == 1
+    c.submit(job("wide", prompt=300, upper=100.0))  # 25 blocks: lane 1 only
+    assert c.turn(0) == [] and c.turn(1) == ["wide"]
+
+
+def test_the_ledger_sums_to_zero_when_empty() -> None:
+    ledger = KVLedger()
+    ledger.reserve("a", 17)
+    ledger.reserve("b", 16)
+    assert ledger.blocks == 3
+    ledger.reserve("a", 40)  # replaces its reservation
+    assert ledger.blocks == 4 and len(ledger) == 2
+    ledger.remove("a")
+    ledger.remove("b")
+    ledger.remove("b")
+    assert ledger.blocks == 0 and len(ledger) == 0

@@ -183,6 +183,19 @@ class TypicalJob:
         else:
             self._terms += self.weight * (terms - self._terms)
 
+    @property
+    def prompt_tokens(self) -> float:
+        """The typical arriving job's context to prefill (0 before any arrival)."""
+        return 0.0 if self._terms is None else float(self._terms[1])
+
+    @property
+    def mean_context(self) -> float:
+        """The typical job's mean context over its decode steps (tokens)."""
+        if self._terms is None:
+            return 0.0
+        out, reads = self._terms[2], self._terms[3]
+        return float(reads / out) if out > 0 else float(self._terms[1])
+
     def seconds(self, cost: CostModel, batch: int) -> float:
         """The typical job's service in a batch of `batch` (0 before any arrival)."""
         if self._terms is None:

@@ -14,9 +14,11 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from daemon.core import guard
-from daemon.core.job import Job, StopRequest
+from daemon.core.events import Launch
+from daemon.core.job import Job, JobStatus, StopRequest
 from daemon.core.lanes import Lane
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
+from daemon.core.stream import OutputStream
 
 log = logging.getLogger(__name__)
 
@@ -131,3 +133,28 @@ def by_policy(ctx: DispatchContext, policy: Policy) -> Iterator[Job]:
         yield victim
         if not eligible:
             return
+
+
+def launch(job: Job, lane: Lane, policy: Policy, now: float, kv_tokens: float,
+           stream: OutputStream) -> Launch:
+    """Mark `job` launched on `lane` (its KV `kv_tokens` reserved there) and give the
+    command that starts it: the rest of its budget, or the policy's slice (none for a job
+    that cannot resume exactly)."""
+    job.status = JobStatus.RUNNING
+    job.waited_s += now - job.enqueue_time
+    job.estimated_wait_s = None
+    job.executor_name = lane.name
+    job.num_dispatches += 1
+    job.tokens_at_dispatch = job.num_generated_tokens
+    job.stop_request = None
+    job.checkpoint_tokens = policy.next_checkpoint(job)
+    lane.admit(job, kv_tokens)
+    lane.stats.jobs_started += 1
+    budget = job.num_remaining_budget_tokens
+    if job.resumes_exactly and (slice_tokens := policy.token_budget(job)) is not None:
+        budget = min(budget, slice_tokens)
+    return Launch(
+        job_id=job.job_id, dispatch=job.num_dispatches, prompt_token_ids=job.prompt_token_ids,
+        generated_token_ids=list(job.generated_token_ids), sampling=job.sampling,
+        max_new_tokens=budget, engine_priority=policy.engine_priority(job), stream=stream,
+        resume_offloaded=job.kv_offloaded, true_output_tokens=job.true_output_tokens)

@@ -25,6 +25,7 @@ class Submitted(msgspec.Struct, frozen=True):
 
     job: Job
     stream: OutputStream
+    shed: str | None = None  # a waiting sheddable job to drop for this one's room
 
 
 class Cancelled(msgspec.Struct, frozen=True):

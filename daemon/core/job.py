@@ -51,6 +51,17 @@ class SamplingSpec(msgspec.Struct, frozen=True, kw_only=True):
     frequency_penalty: float = 0.0
 
 
+class Slo(msgspec.Struct, frozen=True, kw_only=True):
+    """A request's latency objective (llm-d's x-llm-d-slo-* headers, or its class's default):
+    first token within ttft_s, then at most tpot_s per output token on average; None = no
+    bound on that part. A sheddable job is dropped rather than served late, and first when a
+    more urgent request needs its room in the queue."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    sheddable: bool = False
+
+
 @dataclass(slots=True, eq=False)
 class Job:
     job_id: str
@@ -91,6 +102,10 @@ class Job:
     # Policy estimates while waiting: seconds until it runs again, and where its KV waits.
     estimated_wait_s: float | None = None
     kv_residency: KVResidency | None = None
+    # Its latency objective (None = best effort); crosses preemptions and engine restarts.
+    slo: Slo | None = None
+    # The core found it can no longer meet its objective: it waits as best effort.
+    slo_missed: bool = False
     # Its last preemption saved its KV to kvstore (the executor said so when it stopped;
     # kv_residency may change later): the next resume counts as an offloaded one.
     kv_offloaded: bool = False
@@ -154,6 +169,11 @@ class Job:
         seed when a job resumes, so the continuation would differ from an uninterrupted
         run's. Such a job is never preempted nor sliced (an engine failure still cuts it)."""
         return self.sampling.seed is None or self.sampling.temperature < _GREEDY_TEMPERATURE
+
+    @property
+    def on_time(self) -> bool:
+        """It has an objective it can still meet: it waits ahead of best-effort jobs."""
+        return self.slo is not None and not self.slo_missed
 
     @property
     def is_done(self) -> bool:

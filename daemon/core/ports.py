@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from daemon.core.job import Job
+from daemon.core.slo import Refusal
 
 
 class NotAccepting(Exception):
@@ -14,6 +15,16 @@ class NotAccepting(Exception):
 
 class QueueFull(Exception):
     """Waiting set at scheduler.max_waiting: 429."""
+
+
+class SloUnreachable(Exception):
+    """The request cannot meet its latency objective even at the front of its class: 429,
+    at once, before any engine work."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(f"predicted {refusal.reason} {refusal.predicted_s * 1000:.0f} ms "
+                         "exceeds the request's objective")
+        self.refusal = refusal
 
 
 class LengthPredictor(Protocol):

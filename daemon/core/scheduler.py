@@ -8,8 +8,7 @@ asks the policy. After the events at hand it runs one decision round when someth
 (or a timer is due: aging's next promotion, a round the policy asked for): launch what fits,
 preempt what pays. Decisions leave as commands on the executors' queues.
 
-Pure asyncio: it imports no engine, HTTP, config tree or concrete policy. The wiring
-(daemon.service) hands it its lanes, policy, settings, inbox and predictor.
+Pure asyncio: no engine, HTTP, config tree or concrete policy (daemon.service wires it).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from daemon.core import decisions, outcomes
+from daemon.core import decisions, outcomes, slo
 from daemon.core.estimates import Estimates
 from daemon.core.events import (
     Cancelled,
@@ -27,7 +26,6 @@ from daemon.core.events import (
     EngineFailed,
     EngineUp,
     Event,
-    Launch,
     Predicted,
     Reconfigured,
     Started,
@@ -36,19 +34,19 @@ from daemon.core.events import (
     Submitted,
     Tokens,
 )
+from daemon.core.forecast import Forecaster
 from daemon.core.job import Job, JobStatus, KVResidency, StopRequest
 from daemon.core.lanes import Lane
 from daemon.core.policy import DispatchContext, Policy
-from daemon.core.ports import LengthPredictor, NotAccepting, QueueFull
+from daemon.core.ports import LengthPredictor, NotAccepting, QueueFull, SloUnreachable
 from daemon.core.repredict import RemainingPredictor, Repredictor
 from daemon.core.settings import SchedulerConfig
 from daemon.core.stream import OutputStream
 from daemon.core.waitqueue import WaitQueue
 
-__all__ = ["LengthPredictor", "NotAccepting", "QueueFull", "Scheduler"]
+__all__ = ["LengthPredictor", "NotAccepting", "QueueFull", "Scheduler", "SloUnreachable"]
 
 log = logging.getLogger(__name__)
-
 _MIN_TIMER_S = 0.001  # a policy asking for a round "now" again must not spin the loop
 
 
@@ -68,7 +66,9 @@ class Scheduler:
         # Clocks, typical service, calibration, footprints: sets the lanes' admission and
         # the policy's cost model (the configured one is the clocks' prior) and batch.
         self.estimates = Estimates(self.lanes, policy, config)
-        self.waiting = WaitQueue(policy.order_key, self.estimates.wait_bound())
+        self.waiting = WaitQueue(policy.order_key, self.estimates.wait_bound(),
+                                 lambda job: slo.times(job, self.policy))
+        self.forecast = Forecaster(self.waiting, self.lanes, self.estimates, self.now)
         self.accepting = False
         self.failed = asyncio.Event()  # every engine is down for good
         self.repredictor = Repredictor(inbox, remaining)
@@ -79,7 +79,8 @@ class Scheduler:
         self._jobs: dict[str, Job] = {}  # every job not yet ended
         self._streams: dict[str, OutputStream] = {}
         self._predicting: dict[str, Job] = {}  # held until their first prediction
-        self._submitted = 0  # Submitted events in the inbox, not yet handled
+        self._arriving: dict[str, Job] = {}  # Submitted events in the inbox, not yet handled
+        self._shedding: set[str] = set()  # named by such an event, to be shed
         self._dirty = False  # something changed since the last decision round
         self._idle = asyncio.Event()
         self._idle.set()
@@ -96,20 +97,21 @@ class Scheduler:
     @property
     def num_jobs(self) -> int:
         """Jobs accepted and not yet ended (in the inbox, predicting, waiting, running)."""
-        return len(self._jobs) + self._submitted
+        return len(self._jobs) + len(self._arriving)
 
     # ---- what the HTTP side calls (it only puts events in the inbox) --------------------
 
     def submit(self, job: Job, stream: OutputStream) -> None:
-        """Accept a job, or refuse it at once (NotAccepting, QueueFull)."""
+        """Accept a job, or refuse it at once (NotAccepting; SloUnreachable, QueueFull:
+        Forecaster.admit, which may name a sheddable job to drop for its room)."""
         if not self.accepting:
             raise NotAccepting("server is not accepting requests")
-        queued = len(self.waiting) + len(self._predicting) + self._submitted
-        if queued >= self.config.max_waiting:
-            raise QueueFull(f"{queued} requests are already waiting")
-        self._submitted += 1
+        queued = len(self.waiting) + len(self._predicting) + len(self._arriving)
+        shed = self.forecast.admit(job, self._arriving.values(), queued,
+                                   self.config.max_waiting, self._shedding)
+        self._arriving[job.job_id] = job
         self._idle.clear()
-        self.inbox.put_nowait(Submitted(job, stream))
+        self.inbox.put_nowait(Submitted(job, stream, shed))
 
     def cancel(self, job_id: str) -> None:
         """The client went away: end the job wherever it is (no-op once it ended)."""
@@ -164,14 +166,19 @@ class Scheduler:
                 self._on_reconfigured(event)
 
     def _next_deadline(self) -> float | None:
-        due = (self.waiting.promotion_due(), self._policy_wakeup)
+        due = (self.waiting.promotion_due(), self.waiting.expiry_due(), self._policy_wakeup)
         return min((t for t in due if t is not None and t > self.now()), default=None)
 
     # ---- event handlers -----------------------------------------------------------------
 
     def _on_submitted(self, event: Submitted) -> None:
-        self._submitted -= 1
         job = event.job
+        self._arriving.pop(job.job_id, None)
+        if event.shed is not None:
+            self._shedding.discard(event.shed)
+            victim = self._jobs.get(event.shed)
+            if victim is not None and self.waiting.remove(victim):
+                self._shed(victim, "a more urgent request needed its room")
         self._jobs[job.job_id] = job
         self._streams[job.job_id] = event.stream
         if self._predictor is None or job.predicted_output_tokens is not None:
@@ -285,6 +292,12 @@ class Scheduler:
 
     def dispatch(self) -> None:
         """One decision round: launch what fits, preempt what pays, let the policy review."""
+        for job in self.waiting.expire(self.now()):  # on-time jobs that became late
+            if job.slo is not None and job.slo.sheddable and self.waiting.remove(job):
+                self._shed(job, "it could no longer meet its latency objective")
+            else:  # it waits on as best effort
+                job.slo_missed = True
+                self.waiting.update(job)
         ctx = DispatchContext(self.now(), self.waiting, self.lanes)
         for job, lane in decisions.launches(ctx, self.policy, self.config.aging.lookahead,
                                             self._by_name, self.estimates.footprint):
@@ -299,27 +312,11 @@ class Scheduler:
         self._policy_wakeup = self.policy.after_round(ctx)
 
     def _launch(self, job: Job, lane: Lane) -> None:
-        job.status = JobStatus.RUNNING
-        job.waited_s += self.now() - job.enqueue_time
-        job.estimated_wait_s = None
-        job.executor_name = lane.name
-        job.num_dispatches += 1
-        job.tokens_at_dispatch = job.num_generated_tokens
-        job.stop_request = None
-        job.checkpoint_tokens = self.policy.next_checkpoint(job)
         kv_tokens = self.estimates.footprint(job)
-        lane.admit(job, kv_tokens)
+        command = decisions.launch(job, lane, self.policy, self.now(), kv_tokens,
+                                   self._streams[job.job_id])
         self.estimates.launched(kv_tokens)
-        lane.stats.jobs_started += 1
-        budget = job.num_remaining_budget_tokens
-        if job.resumes_exactly and (slice_tokens := self.policy.token_budget(job)) is not None:
-            budget = min(budget, slice_tokens)  # a job that cannot resume exactly: no slices
-        lane.commands.put_nowait(Launch(
-            job_id=job.job_id, dispatch=job.num_dispatches, prompt_token_ids=job.prompt_token_ids,
-            generated_token_ids=list(job.generated_token_ids), sampling=job.sampling,
-            max_new_tokens=budget, engine_priority=self.policy.engine_priority(job),
-            stream=self._streams[job.job_id], resume_offloaded=job.kv_offloaded,
-            true_output_tokens=job.true_output_tokens))
+        lane.commands.put_nowait(command)
 
     def _preempt(self, job: Job, ctx: DispatchContext) -> None:
         """Stop the job at its next token boundary, with the policy's word on where its KV
@@ -358,6 +355,9 @@ class Scheduler:
         self.waiting.push(job)
         self._dirty = True
 
+    def _shed(self, job: Job, why: str) -> None:  # dropped to keep latency objectives
+        self._end(job, JobStatus.ABORTED, "shed", error=f"request dropped: {why}")
+
     def _end(self, job: Job, status: JobStatus, reason: str | None,
              error: str | None = None) -> None:
         job.status = status
@@ -368,7 +368,7 @@ class Scheduler:
         self.estimates.job_ended(job)
         if self._ended is not None:
             self._ended.put_nowait(job)
-        if not self._jobs and not self._submitted:
+        if not self._jobs and not self._arriving:
             self._idle.set()
 
     # ---- shutdown -----------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The waiting set: policy order within priority classes, plus aging that bounds every wait
-relative to the job's own size."""
+"""The waiting set: policy order within priority classes, jobs that can still meet a latency
+objective ahead of the rest of their class, plus aging that bounds every wait."""
 
 from __future__ import annotations
 
@@ -12,13 +12,22 @@ from daemon.core.job import Job
 
 OrderKey = Callable[[Job], float]
 WaitBound = Callable[[Job], float]  # seconds of total wait a job may accumulate
-_Entry = tuple[int, float, int, Job]  # (priority class, policy key, seq, job)
+# (promotion time, latest start) of an on-time job under its objective (core/slo.py)
+SloTimes = Callable[[Job], "tuple[float, float] | None"]
+_Entry = tuple[int, float, int, Job]  # (rank: class and tier, policy key, seq, job)
 _AgeEntry = tuple[float, int, Job]  # (loop time its wait bound is reached, seq, job)
 _T = TypeVar("_T", _Entry, _AgeEntry)
 
 
 class WaitQueue:
-    """A heap on (priority class, policy key) and a heap on wait deadlines, for aging.
+    """A heap on (rank, policy key), a heap on wait deadlines for aging, and one on latest
+    starts for latency objectives.
+
+    A job's rank is its priority class, then its tier: jobs that can still meet their
+    latency objective (job.on_time) before best-effort and late ones. An on-time job's
+    deadline is its promotion time under its objective, when that is earlier than aging's;
+    at its latest start `expire` hands it back to the core (to shed, or to wait on as best
+    effort).
 
     Each job may wait `bound(job)` seconds in *total*: every interval it spent here, across
     preemptions and slices, so a job that keeps being sent back cannot dodge promotion.
@@ -31,12 +40,15 @@ class WaitQueue:
     gives them a new seq) are skipped when they surface.
     """
 
-    def __init__(self, order_key: OrderKey, bound: WaitBound | None) -> None:
+    def __init__(self, order_key: OrderKey, bound: WaitBound | None,
+                 slo_times: SloTimes | None = None) -> None:
         self._order_key = order_key
         self.bound = bound  # None disables aging
+        self.slo_times = slo_times  # None: objectives never move a job
         self._seq = itertools.count()
         self._heap: list[_Entry] = []
         self._ages: list[_AgeEntry] = []
+        self._expiry: list[_AgeEntry] = []  # (latest start, seq, job) of on-time jobs
         self._live: dict[str, tuple[int, Job]] = {}  # job id -> (current seq, job)
 
     def __len__(self) -> int:
@@ -48,10 +60,38 @@ class WaitQueue:
     def __iter__(self) -> Iterator[Job]:
         return (job for _, job in self._live.values())
 
+    @staticmethod
+    def rank(job: Job) -> int:
+        """Class first (lower = more urgent), then on-time jobs before the rest."""
+        return 2 * job.priority + (0 if job.on_time else 1)
+
     def push(self, job: Job) -> None:
         self._add(job)
-        if self.bound is not None:
-            heapq.heappush(self._ages, (self.deadline(job), self._live[job.job_id][0], job))
+        seq = self._live[job.job_id][0]
+        times = self._slo_times(job)
+        if times is not None:
+            heapq.heappush(self._expiry, (times[1], seq, job))
+        deadline = self.deadline(job, times)
+        if deadline < float("inf"):
+            heapq.heappush(self._ages, (deadline, seq, job))
+
+    def expire(self, now: float) -> list[Job]:
+        """On-time jobs past their latest start (they stay here: the caller re-keys them
+        as late, or removes them)."""
+        late: list[Job] = []
+        heap = self._expiry
+        while heap and heap[0][0] <= now:
+            _, seq, job = heapq.heappop(heap)
+            if self._is_live(seq, job):
+                late.append(job)
+        return late
+
+    def expiry_due(self) -> float | None:
+        """Loop time of the earliest latest start of an on-time job; None if none."""
+        heap = self._expiry
+        while heap and not self._is_live(heap[0][1], heap[0][2]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def remove(self, job: Job) -> bool:
         return self._live.pop(job.job_id, None) is not None
@@ -98,15 +138,15 @@ class WaitQueue:
             self.push(job)
 
     def rekey(self, order_key: OrderKey, bound: WaitBound | None) -> None:
-        """Adopt a new policy's order and wait bound (reload); total waits are kept."""
+        """Adopt a new policy's order and wait bound (reload, a new clock); total waits
+        are kept."""
         self._order_key = order_key
         self.bound = bound
-        self._heap = [(job.priority, order_key(job), seq, job)
-                      for seq, job in self._live.values()]
-        heapq.heapify(self._heap)
-        self._ages = [] if bound is None else [
-            (self.deadline(job), seq, job) for seq, job in self._live.values()]
-        heapq.heapify(self._ages)
+        jobs = [job for _, job in self._live.values()]
+        self._live.clear()
+        self._heap, self._ages, self._expiry = [], [], []
+        for job in jobs:
+            self.push(job)
 
     def promotion_due(self) -> float | None:
         """Loop time of the earliest wait deadline (maybe past); None if none or no aging."""
@@ -120,11 +160,13 @@ class WaitQueue:
             return self._ages[0][2]
         return None
 
-    def deadline(self, job: Job) -> float:
-        """Loop time at which the job's total wait reaches its bound (inf without aging)."""
-        if self.bound is None:
-            return float("inf")
-        return self.wait_started(job) + self.bound(job)
+    def deadline(self, job: Job, times: tuple[float, float] | None = None) -> float:
+        """Loop time at which the job is promoted: its total wait reaches its bound, or
+        (on time) its slack under its objective runs low; inf for neither."""
+        aged = float("inf") if self.bound is None else self.wait_started(job) + self.bound(job)
+        if times is None:
+            times = self._slo_times(job)
+        return aged if times is None else min(aged, times[0])
 
     @staticmethod
     def wait_started(job: Job) -> float:
@@ -133,10 +175,15 @@ class WaitQueue:
 
     # ---- internals -------------------------------------------------------------------------
 
+    def _slo_times(self, job: Job) -> tuple[float, float] | None:
+        if self.slo_times is None or not job.on_time:
+            return None
+        return self.slo_times(job)
+
     def _add(self, job: Job) -> None:
         seq = next(self._seq)
         self._live[job.job_id] = (seq, job)
-        heapq.heappush(self._heap, (job.priority, self._order_key(job), seq, job))
+        heapq.heappush(self._heap, (self.rank(job), self._order_key(job), seq, job))
 
     @staticmethod
     def _promoted(age: _AgeEntry, now: float) -> bool:

@@ -153,7 +153,7 @@ class RouterCollector(Collector):
                     SamplingSpec(max_tokens=max(int(output_tokens), 1)), arrival_time=now,
                     predicted_output_tokens=output_tokens, enqueue_time=now)
         try:
-            key = (probe.priority, sched.policy.order_key(probe))
+            key = (sched.waiting.rank(probe), sched.policy.order_key(probe))
         except Exception:  # a policy bug must not take /metrics (the router's view) down
             log.exception("policy %s cannot rank a probe job", sched.policy.name)
             return list(sched.waiting)

@@ -1,0 +1,134 @@
+"""Forecasts of when work will start and end, for admission under latency objectives, the
+predicted-latency response headers and the per-executor predicted TTFT a router reads.
+
+Read-only over the core's state (the waiting set, the lanes, the estimates): called from
+the core's loop and from the HTTP handlers on the same event loop, it changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+
+from daemon.core import slo
+from daemon.core.estimates import Estimates
+from daemon.core.job import Job
+from daemon.core.lanes import Lane
+from daemon.core.ports import QueueFull, SloUnreachable
+from daemon.core.waitqueue import WaitQueue
+
+
+class Forecaster:
+    def __init__(self, waiting: WaitQueue, lanes: Sequence[Lane], estimates: Estimates,
+                 now: Callable[[], float]) -> None:
+        self.waiting = waiting
+        self.lanes = lanes
+        self.estimates = estimates
+        self.now = now
+
+    def _service_s(self, job: Job) -> float:
+        """A job's predicted service; the typical one while it has no prediction yet."""
+        policy = self.estimates.policy
+        if job.predicted_output_tokens is None and self.estimates.typical_service_s > 0:
+            return self.estimates.typical_service_s
+        return policy.service_s(job)
+
+    def _start_in(self, ahead: Iterable[Job], lanes: Sequence[Lane] | None = None) -> float:
+        """Seconds until a job queued behind `ahead` would start (list scheduling)."""
+        serving = [lane for lane in (lanes or self.lanes) if lane.down_reason is None]
+        slots = {lane.name: self.estimates.slots(lane) for lane in serving}
+        free = slo.slot_free_times(serving, self.estimates.policy, slots)
+        jobs = list(ahead)
+        services = [self._service_s(job) for job in jobs[:slo.MAX_AHEAD]]
+        # Beyond MAX_AHEAD, jobs count at the typical service, spread over the slots.
+        rest = max(len(jobs) - slo.MAX_AHEAD, 0) * self.estimates.typical_service_s
+        return slo.start_in(free, services) + rest / max(len(free), 1)
+
+    def ahead_of(self, job: Job, pending: Iterable[Job] = ()) -> list[Job]:
+        """Jobs that go before a new `job` with an objective: waiting ones of a more urgent
+        rank, on-time ones of its rank that must start earlier, promoted ones; and the
+        `pending` (arrived, not yet queued) of its class or a more urgent one."""
+        rank = WaitQueue.rank(job)
+        times = slo.times(job, self.estimates.policy)
+        mine = times[0] if times is not None else math.inf
+        waiting, now = self.waiting, self.now()
+        ahead = [other for other in waiting
+                 if (r := waiting.rank(other)) < rank
+                 or (r == rank and waiting.deadline(other) <= mine)
+                 or waiting.deadline(other) <= now]
+        ahead += [other for other in pending if other.priority <= job.priority]
+        ahead.sort(key=waiting.deadline)
+        return ahead
+
+    def admit(self, job: Job, pending: Iterable[Job], queued: int, max_waiting: int,
+              shedding: set[str]) -> str | None:
+        """Admission of a new job with `queued` jobs not yet running (`pending` of them not
+        yet queued) and `shedding` ids already named to be shed: SloUnreachable when it
+        cannot meet its objective; QueueFull at max_waiting unless a sheddable job of a
+        less urgent class gives up its room (its id is returned and added to `shedding`)."""
+        refusal = self.refusal(job, pending)
+        if refusal is not None:
+            raise SloUnreachable(refusal)
+        if queued - len(shedding) < max_waiting:
+            return None
+        victim = self.sheddable_for(job, shedding)
+        if victim is None:
+            raise QueueFull(f"{queued} requests are already waiting")
+        shedding.add(victim.job_id)
+        return victim.job_id
+
+    def refusal(self, job: Job, pending: Iterable[Job] = ()) -> slo.Refusal | None:
+        """Why a new job cannot meet its objective even at the front of its class (the jobs
+        `ahead_of` it still go first); None when it can, or it has none."""
+        if job.slo is None:
+            return None
+        start = self._start_in(self.ahead_of(job, pending))
+        return slo.refusal(job, start, self.estimates.policy, self.decode_step_s())
+
+    def decode_step_s(self) -> float:
+        """A decode step of a full batch under the current clock."""
+        policy = self.estimates.policy
+        batch = policy.batch_hint
+        return policy.cost.step_s(0, batch, batch * self.estimates.typical.mean_context)
+
+    def latency(self, job: Job) -> slo.Prediction:
+        """The job's predicted TTFT and finish, in seconds from its arrival."""
+        policy, now = self.estimates.policy, self.now()
+        since = now - job.arrival_time
+        if job.is_done:
+            end = (job.finish_time or now) - job.arrival_time
+            return slo.Prediction(end if job.first_token_time is None
+                                  else job.first_token_time - job.arrival_time, end)
+        if job in self.waiting:
+            rank = (WaitQueue.rank(job), policy.order_key(job))
+            ahead = [other for other in self.waiting if other is not job and (
+                (WaitQueue.rank(other), policy.order_key(other)) < rank
+                or self.waiting.deadline(other) <= now)]
+            start = since + self._start_in(ahead)
+        else:  # running (or about to be queued: now)
+            start = since
+        first = (job.first_token_time - job.arrival_time if job.first_token_time is not None
+                 else start + policy.cost.prefill_s(job.num_prompt_tokens))
+        finish = start + policy.service_s(job)
+        return slo.Prediction(first, max(finish, first))
+
+    def ttft_s(self, lane: Lane) -> float:
+        """Predicted TTFT of a new best-effort request of class 0 placed on `lane`: behind
+        its share of the waiting jobs of class 0 or more urgent."""
+        serving = [other for other in self.lanes if other.down_reason is None]
+        if lane.down_reason is not None or not serving:
+            return math.inf
+        ahead = [job for job in self.waiting if job.priority <= 0]
+        share = ahead[:: len(serving)] if len(serving) > 1 else ahead
+        return self._start_in(share, [lane]) + self.estimates.policy.cost.prefill_s(
+            self.estimates.typical.prompt_tokens)
+
+    def sheddable_for(self, job: Job, spared: set[str]) -> Job | None:
+        """A waiting sheddable job of a less urgent class than `job` (the least urgent, the
+        latest-queued of those), to drop so that `job` gets its room; None if none."""
+        victims = [other for other in self.waiting
+                   if other.slo is not None and other.slo.sheddable
+                   and other.priority > job.priority and other.job_id not in spared]
+        if not victims:
+            return None
+        return max(victims, key=lambda other: (other.priority, other.enqueue_time))

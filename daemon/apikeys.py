@@ -1,27 +1,40 @@
 """API keys from `[server] api_keys_file` (re-read on SIGHUP), compared in constant time.
 
-One key per line, then optional `name=`, `priority=MIN..MAX` and `scope=` words; `#` starts a
-comment:
+One key per line, then optional `name=`, `priority=MIN..MAX`, `scope=` and latency-objective
+(`ttft_ms=`, `tpot_ms=`, `sheddable=true|false`) words; `#` starts a comment:
 
-    sk-3f9c0d...  name=batch-team  priority=0..100
-    sk-77aa01...  name=ops         priority=-100..100
+    sk-3f9c0d...  name=batch-team  priority=0..100  sheddable=true
+    sk-77aa01...  name=ops         priority=-100..100  ttft_ms=500 tpot_ms=50
     sk-0b5e22...  name=prometheus  scope=monitoring
 
 A key without `priority=` may use 0..limits.priority_max only: lower (more urgent) classes
 need a key that names them. `scope` is `api` (the /v1 endpoints, the default), `monitoring`
-(/metrics and /health when `server.protect_monitoring` is on) or `all`.
+(/metrics and /health when `server.protect_monitoring` is on) or `all`. The objective is the
+default of the key's requests (a request's x-llm-d-slo-* headers win: daemon/http/slo.py).
 """
 
 from __future__ import annotations
 
 import hmac
 from pathlib import Path
-from typing import Literal, cast
+from typing import Annotated, Literal, cast
 
 import msgspec
 
 Scope = Literal["api", "monitoring", "all"]
 _SCOPES = ("api", "monitoring", "all")
+MAX_OBJECTIVE_MS = 3_600_000.0  # an hour: any longer objective is a mistake
+_Millis = Annotated[float, msgspec.Meta(gt=0, le=MAX_OBJECTIVE_MS)]
+
+
+class Objective(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A latency objective as configured: first token within ttft_ms, then at most tpot_ms
+    per output token; sheddable: dropped rather than served late, and first when a more
+    urgent request needs its room."""
+
+    ttft_ms: _Millis | None = None
+    tpot_ms: _Millis | None = None
+    sheddable: bool = False
 
 
 class KeyFileError(ValueError):
@@ -33,6 +46,7 @@ class ApiKey(msgspec.Struct, frozen=True):
     # Allowed request priorities; None = the default range (0..limits.priority_max).
     priority_range: tuple[int, int] | None = None
     scope: Scope = "api"
+    objective: Objective | None = None  # default latency objective of its requests
 
     def allows(self, scope: Scope) -> bool:
         return self.scope in (scope, "all")
@@ -80,9 +94,10 @@ def _parse(words: list[str], number: int) -> tuple[str, ApiKey]:
     secret, options = words[0], dict(_option(word) for word in words[1:])
     if len(secret) < 16 or "=" in secret:
         raise ValueError("a key comes first and has at least 16 characters")
-    unknown = set(options) - {"name", "priority", "scope"}
+    unknown = set(options) - {"name", "priority", "scope", *_OBJECTIVE}
     if unknown:
-        raise ValueError(f"unknown option {min(unknown)!r} (name, priority, scope)")
+        raise ValueError(f"unknown option {min(unknown)!r} (name, priority, scope, "
+                         f"{', '.join(_OBJECTIVE)})")
     span: tuple[int, int] | None = None
     if "priority" in options:
         low, sep, high = options["priority"].partition("..")
@@ -92,7 +107,25 @@ def _parse(words: list[str], number: int) -> tuple[str, ApiKey]:
     scope = options.get("scope", "api")
     if scope not in _SCOPES:
         raise ValueError(f"scope must be one of {_SCOPES}")
-    return secret, ApiKey(options.get("name", f"line {number}"), span, cast(Scope, scope))
+    return secret, ApiKey(options.get("name", f"line {number}"), span, cast(Scope, scope),
+                          _objective(options))
+
+
+_OBJECTIVE = ("ttft_ms", "tpot_ms", "sheddable")
+
+
+def _objective(options: dict[str, str]) -> Objective | None:
+    given = {name: options[name] for name in _OBJECTIVE if name in options}
+    if not given:
+        return None
+    if given.get("sheddable", "false") not in ("true", "false"):
+        raise ValueError("sheddable must be true or false")
+    try:
+        return msgspec.convert({name: value == "true" if name == "sheddable" else float(value)
+                                for name, value in given.items()}, Objective)
+    except (ValueError, msgspec.ValidationError) as exc:
+        raise ValueError(f"latency objective: {exc} (milliseconds, > 0, <= "
+                         f"{MAX_OBJECTIVE_MS:.0f})") from None
 
 
 def _option(word: str) -> tuple[str, str]:

@@ -117,6 +117,13 @@ class LimitsConfig(_Section, frozen=True):
     priority_max: int = 100
 
 
+class SloConfig(_Section, frozen=True):
+    # Latency objectives by request class (the request's `priority`, as a string key):
+    # { "0" = { ttft_ms = 1000, tpot_ms = 50 }, "10" = { sheddable = true } }. A request's
+    # x-llm-d-slo-* headers, then its API key's, win over these (daemon/http/slo.py).
+    classes: dict[str, apikeys.Objective] = {}
+
+
 class PredictorConfig(_Section, frozen=True):
     # Folder of a trained predictor (`lengthwise predictor train --out DIR`); "" = the small
     # proxy shipped with lengthwise; "none" = no prediction (every job gets the fallback).
@@ -160,6 +167,7 @@ class Config(_Section, frozen=True):
     scheduler: SchedulerConfig = msgspec.field(default_factory=SchedulerConfig)
     policies: PoliciesConfig = msgspec.field(default_factory=PoliciesConfig)
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
+    slo: SloConfig = msgspec.field(default_factory=SloConfig)
     costmodel: CostModelConfig = msgspec.field(default_factory=CostModelConfig)
     predictor: PredictorConfig = msgspec.field(default_factory=PredictorConfig)
     kvstore: KVStoreConfig = msgspec.field(default_factory=KVStoreConfig)
@@ -222,6 +230,8 @@ def validate(config: Config, source: str) -> None:
         problems.append("scheduler.aging.min_wait_s must be <= promote_after_s")
     if config.limits.priority_min > config.limits.priority_max:
         problems.append("limits.priority_min must be <= limits.priority_max")
+    problems += [f"slo.classes.{name}: a class is a request priority (an integer)"
+                 for name in config.slo.classes if not re.fullmatch(r"-?\d+", name)]
     problems += [f"engine.vllm_args.{name}: set by lengthwise, not here (etc/lengthwise.toml)"
                  for name in sorted(OWN_VLLM_ARGS & config.engine.vllm_args.keys())]
     try:

@@ -20,7 +20,7 @@ from daemon import apikeys
 from daemon.config import Config, cost_profile, slots_per_engine
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Event
-from daemon.core.job import Job, SamplingSpec
+from daemon.core.job import Job, SamplingSpec, Slo
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
 from daemon.core.stream import OutputStream
@@ -129,10 +129,11 @@ class Service:
             log.exception("observing the end of %s failed", job.job_id)
 
     def new_job(self, prompt_token_ids: list[int], sampling: SamplingSpec, priority: int,
-                prefix: str, messages: list[dict[str, str]] | None = None) -> Job:
+                prefix: str, messages: list[dict[str, str]] | None = None,
+                slo: Slo | None = None) -> Job:
         return Job(job_id=f"{prefix}-{uuid.uuid4().hex}", prompt_token_ids=prompt_token_ids,
                    sampling=sampling, arrival_time=self.scheduler.now(), priority=priority,
-                   messages=messages or [])
+                   messages=messages or [], slo=slo)
 
     def submit(self, job: Job) -> OutputStream:
         """Hand a new job to the core; its output comes on the stream returned. Refused at

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.apikeys import KeyFileError, load
+from daemon.apikeys import KeyFileError, Objective, load
 from daemon.config import ConfigError
 
 
@@ -30,6 +30,9 @@ def test_a_good_file(tmp_path: Path) -> None:
     ("sk-0123456789abcdef colour=red", "unknown option 'colour'"),
     ("sk-0123456789abcdef priority=a..b", "invalid literal"),
     ("sk-0123456789abcdef scope=root", "scope must be one of"),
+    ("sk-0123456789abcdef ttft_ms=-5", "latency objective: .* > 0"),
+    ("sk-0123456789abcdef tpot_ms=fast", "latency objective"),
+    ("sk-0123456789abcdef sheddable=maybe", "sheddable must be true or false"),
     ("sk-0123456789abcdef name", "expected name=value"),
     ("sk-0123456789abcdef\nsk-0123456789abcdef", "repeats an earlier key"),
 ])
@@ -48,3 +51,13 @@ def test_config_check_reads_the_keys_file(tmp_path: Path) -> None:
     config.write_text(f'[server]\napi_keys_file = "{keys}"\n')
     with pytest.raises(ConfigError, match="keys:1: scope must be one of"):
         load_config(config)
+
+
+def test_a_key_may_carry_a_latency_objective(tmp_path: Path) -> None:
+    path = tmp_path / "keys"
+    path.write_text("sk-0123456789abcdef name=ops ttft_ms=500 tpot_ms=40\n"
+                    "sk-fedcba9876543210 name=batch sheddable=true\n")
+    keys = load(str(path))
+    ops, batch = keys.lookup("sk-0123456789abcdef"), keys.lookup("sk-fedcba9876543210")
+    assert ops is not None and ops.objective == Objective(ttft_ms=500, tpot_ms=40)
+    assert batch is not None and batch.objective == Objective(sheddable=True)

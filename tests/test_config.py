@@ -73,6 +73,9 @@ def test_shipped_file_has_at_most_45_keys_each_commented() -> None:
     ("[predictor]\nthreads = 0\n", "predictor.threads = 0: Expected `int` >= 1"),
     ("[limits]\npriority_min = 5\npriority_max = 1\n", "limits.priority_min must be <="),
     ("[log]\nlevel = 'loud'\n", "log.level = 'loud': Invalid enum value"),
+    ("[slo]\nclasses = { gold = { ttft_ms = 1 } }\n", "slo.classes.gold: a class is a request"),
+    ("[slo]\nclasses = { 0 = { ttft_ms = -1 } }\n", "slo.classes[...].ttft_ms: Expected `float` > 0"),
+    ("[slo]\nclasses = { 0 = { ttft = 1 } }\n", "ttft"),
     ("[server\n", "malformed TOML"),
 ])
 def test_bad_files_name_the_key(text: str, names: str) -> None:

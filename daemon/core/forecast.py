@@ -79,10 +79,11 @@ class Forecaster:
 
     def refusal(self, job: Job, pending: Iterable[Job] = ()) -> slo.Refusal | None:
         """Why a new job cannot meet its objective even at the front of its class (the jobs
-        `ahead_of` it still go first); None when it can, or it has none."""
+        `ahead_of` it still go first; the time since its arrival counts); None when it can,
+        or it has none."""
         if job.slo is None:
             return None
-        start = self._start_in(self.ahead_of(job, pending))
+        start = self.now() - job.arrival_time + self._start_in(self.ahead_of(job, pending))
         return slo.refusal(job, start, self.estimates.policy, self.decode_step_s())
 
     def decode_step_s(self) -> float:

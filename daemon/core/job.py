@@ -172,8 +172,10 @@ class Job:
 
     @property
     def on_time(self) -> bool:
-        """It has an objective it can still meet: it waits ahead of best-effort jobs."""
-        return self.slo is not None and not self.slo_missed
+        """It has a latency bound it can still meet: it waits ahead of best-effort jobs."""
+        slo = self.slo
+        return (slo is not None and not self.slo_missed
+                and (slo.ttft_s is not None or slo.tpot_s is not None))
 
     @property
     def is_done(self) -> bool:

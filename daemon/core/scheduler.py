@@ -178,7 +178,7 @@ class Scheduler:
             self._shedding.discard(event.shed)
             victim = self._jobs.get(event.shed)
             if victim is not None and self.waiting.remove(victim):
-                self._shed(victim, "a more urgent request needed its room")
+                self._shed(victim, "evicted-priority", "a more urgent request needed its room")
         self._jobs[job.job_id] = job
         self._streams[job.job_id] = event.stream
         if self._predictor is None or job.predicted_output_tokens is not None:
@@ -294,7 +294,7 @@ class Scheduler:
         """One decision round: launch what fits, preempt what pays, let the policy review."""
         for job in self.waiting.expire(self.now()):  # on-time jobs that became late
             if job.slo is not None and job.slo.sheddable and self.waiting.remove(job):
-                self._shed(job, "it could no longer meet its latency objective")
+                self._shed(job, "rejected-ttl-expired", "it can no longer meet its objective")
             else:  # it waits on as best effort
                 job.slo_missed = True
                 self.waiting.update(job)
@@ -355,16 +355,16 @@ class Scheduler:
         self.waiting.push(job)
         self._dirty = True
 
-    def _shed(self, job: Job, why: str) -> None:  # dropped to keep latency objectives
-        self._end(job, JobStatus.ABORTED, "shed", error=f"request dropped: {why}")
+    def _shed(self, job: Job, dropped: str, why: str) -> None:  # to keep latency objectives
+        self._end(job, JobStatus.ABORTED, "shed", f"request dropped: {why}", dropped)
 
     def _end(self, job: Job, status: JobStatus, reason: str | None,
-             error: str | None = None) -> None:
+             error: str | None = None, dropped: str | None = None) -> None:
         job.status = status
         job.finish_time = self.now()
         job.finish_reason = reason
         self._jobs.pop(job.job_id, None)
-        self._streams.pop(job.job_id).finish(reason, error)
+        self._streams.pop(job.job_id).finish(reason, error, dropped)
         self.estimates.job_ended(job)
         if self._ended is not None:
             self._ended.put_nowait(job)

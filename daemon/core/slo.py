@@ -104,8 +104,8 @@ def start_in(free: Sequence[float], services: Iterable[float]) -> float:
 
 
 def refusal(job: Job, start_s: float, policy: Policy, decode_step_s: float) -> Refusal | None:
-    """Why `job` cannot meet its objective if it starts in `start_s` seconds and then
-    decodes at `decode_step_s` per token; None when it can."""
+    """Why `job` cannot meet its objective if it starts `start_s` seconds after its arrival
+    and then decodes at `decode_step_s` per token; None when it can."""
     slo = job.slo
     if slo is None:
         return None

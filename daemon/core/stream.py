@@ -37,8 +37,11 @@ class TokenDelta(msgspec.Struct, frozen=True):
 class JobEnd(msgspec.Struct, frozen=True):
     """The last item a stream gives."""
 
-    finish_reason: str | None  # "stop" | "length" | "abort" | None on error
+    finish_reason: str | None  # "stop" | "length" | "abort" | "shed" | None on error
     error: str | None = None
+    # Shed (dropped from the queue to keep latency objectives): why, in llm-d's words
+    # (x-llm-d-request-dropped-reason).
+    dropped: str | None = None
 
 
 class StopScan(msgspec.Struct, frozen=True):
@@ -105,7 +108,8 @@ class OutputStream:
 
     # ---- the core's side ----------------------------------------------------------------
 
-    def finish(self, finish_reason: str | None, error: str | None = None) -> None:
+    def finish(self, finish_reason: str | None, error: str | None = None,
+               dropped: str | None = None) -> None:
         """The job ended: text held back for a stop string that never came is output after
         all, then the end. Later calls are ignored."""
         if self._end is not None:
@@ -113,7 +117,7 @@ class OutputStream:
         if self._held and not self.stopped:
             self._text.append(self._held)
         self._held = ""
-        self._end = JobEnd(finish_reason, error)
+        self._end = JobEnd(finish_reason, error, dropped)
         self.set_prediction(None)
         self._wake()
 

@@ -17,6 +17,7 @@ from daemon.core.job import Job, JobStatus
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
 from daemon.executors.base import Executor
+from daemon.http.slometrics import PredictedTtftCollector, SloMetrics
 from daemon.prediction import Predictions
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -224,6 +225,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.recent = RecentJobs()
+        self.slo = SloMetrics(self.registry)
         self.ttft = Histogram("lengthwise_ttft_seconds", "Arrival to first token",
                               ["executor"], buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.tpot = Histogram("lengthwise_tpot_seconds", "Mean time per output token after the "
@@ -253,6 +255,7 @@ class Metrics:
               executors: Sequence[Executor]) -> None:
         self.registry.register(_SchedulerCollector(scheduler, predictions, executors))
         self.registry.register(_EngineCollector(executors))
+        self.registry.register(PredictedTtftCollector(scheduler))
 
     def observe_prediction_batch(self, seconds: float) -> None:
         self.prediction_s.observe(seconds)
@@ -263,6 +266,7 @@ class Metrics:
     def observe_job(self, job: Job) -> None:
         """A job ended (once per job)."""
         self.recent.observe(job)
+        self.slo.observe(job)
         if job.status != JobStatus.FINISHED or job.first_token_time is None:
             return
         executor = job.executor_name or ""

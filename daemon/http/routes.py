@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from daemon.apikeys import ApiKey
-from daemon.core.scheduler import NotAccepting, QueueFull
+from daemon.core.scheduler import NotAccepting, QueueFull, SloUnreachable
 from daemon.core.stream import JobEnd, OutputStream, TokenDelta
-from daemon.http import translate
+from daemon.http import slo, translate
 from daemon.http.auth import authorize
 from daemon.http.errors import ApiError
 from daemon.http.schemas import (
@@ -118,8 +118,8 @@ class Routes:
                            "permission_error", "priority")
 
     async def _admit(self, req: SamplingFields, prompt: list[int], requested_max: int | None,
-                     prefix: str, messages: list[dict[str, str]], key: ApiKey | None
-                     ) -> _Answer:
+                     prefix: str, messages: list[dict[str, str]], key: ApiKey | None,
+                     request: Request) -> _Answer:
         svc = self.service
         if not svc.ready:
             raise ApiError(503, "the server is starting; retry shortly", "server_error",
@@ -127,21 +127,29 @@ class Routes:
         sampling = translate.sampling_spec(req, requested_max, len(prompt), svc.max_model_len,
                                            svc.config.limits)
         self._check_priority(req.priority, key)
+        objective = slo.objective(request.headers, req.priority, key, svc.config.slo.classes)
         try:
-            job = svc.new_job(prompt, sampling, req.priority, prefix, messages)
+            job = svc.new_job(prompt, sampling, req.priority, prefix, messages, objective)
             stream = svc.submit(job)
         except NotAccepting as exc:
             raise ApiError(503, f"{exc}", "server_error",
                            retry_after_s=svc.retry_after_s()) from None
+        except SloUnreachable as exc:
+            svc.metrics.slo.refused(req.priority)
+            raise slo.refused(exc) from None
         except QueueFull as exc:
-            raise ApiError(429, f"server overloaded: {exc}; retry later", "rate_limit_error",
-                           retry_after_s=svc.retry_after_s()) from None
+            err = ApiError(429, f"server overloaded: {exc}; retry later", "rate_limit_error",
+                           retry_after_s=svc.retry_after_s())
+            err.headers[slo.DROPPED_HEADER] = slo.SATURATED
+            raise err from None
         try:  # the headers carry the prediction, which the core asks for at once
             predicted = await stream.prediction()
         except BaseException:  # the client left meanwhile
             svc.scheduler.cancel(job.job_id)
             raise
-        return _Answer(job.job_id, job.num_prompt_tokens, stream, predicted)
+        answer = _Answer(job.job_id, job.num_prompt_tokens, stream, predicted)
+        answer.headers.update(slo.latency_headers(svc.scheduler.forecast.latency(job)))
+        return answer
 
     async def _abort_on_disconnect(self, request: Request, answer: _Answer) -> None:
         while (await request.receive())["type"] != "http.disconnect":
@@ -155,6 +163,8 @@ class Routes:
         try:
             async for item in answer.outputs():
                 if isinstance(item, JobEnd):
+                    if item.finish_reason == "shed":
+                        raise slo.dropped(item, self.service.retry_after_s())
                     if item.error is not None and self.service.failed.is_set():
                         raise ApiError(503, item.error, "server_error",
                                        retry_after_s=self.service.retry_after_s())
@@ -182,7 +192,7 @@ class Routes:
             raise translate.bad_request(str(exc), "messages") from None
         requested = req.max_completion_tokens if req.max_completion_tokens is not None \
             else req.max_tokens
-        answer = await self._admit(req, prompt, requested, "chatcmpl", messages, key)
+        answer = await self._admit(req, prompt, requested, "chatcmpl", messages, key, request)
         if req.stream:
             return StreamingResponse(self._chat_stream(answer, req),
                                      media_type="text/event-stream",
@@ -227,7 +237,7 @@ class Routes:
             translate.check_vocab(prompt, tokenizer.vocab_size)
             text = await asyncio.to_thread(tokenizer.decode, prompt)
         answer = await self._admit(req, prompt, req.max_tokens, "cmpl",
-                                   [{"role": "user", "content": text}], key)
+                                   [{"role": "user", "content": text}], key, request)
         if req.stream:
             return StreamingResponse(self._completion_stream(answer, req),
                                      media_type="text/event-stream",

@@ -11,10 +11,10 @@ import pytest_asyncio
 
 from daemon.config import SchedulerConfig, SimConfig
 from daemon.core.events import Event, Launch, Stop, Stopped, Submitted, Tokens
-from daemon.core.job import Job, JobStatus, KVResidency, SamplingSpec, StopRequest
+from daemon.core.job import Job, JobStatus, KVResidency, SamplingSpec, Slo, StopRequest
 from daemon.core.lanes import Lane
 from daemon.core.policy import DispatchContext, Policy
-from daemon.core.scheduler import NotAccepting, QueueFull, Scheduler
+from daemon.core.scheduler import NotAccepting, QueueFull, Scheduler, SloUnreachable
 from daemon.core.stream import JobEnd, OutputStream
 from daemon.executors.sim import SimExecutor
 from policies.fcfs import FCFS
@@ -271,3 +271,40 @@ async def test_the_executor_sees_the_residency_when_asked_to_preempt(harness: Ha
     await asyncio.gather(*(harness.outputs(job) for job in jobs))
     assert seen and all(seen)
     assert all(job.kv_offloaded is False for job in jobs)  # the sim has no kvstore
+
+
+# ---- latency objectives --------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_objectives_refuse_the_hopeless_then_shed_or_demote_the_late() -> None:
+    core, inbox, commands = _core(FCFS())
+    now = core.now()
+    busy = _job("busy", max_tokens=1000)
+    busy.predicted_output_tokens = 800  # ~6 s of 8 ms steps (the prior clock)
+    core.submit(busy, OutputStream())
+    _step(core, inbox)
+    assert isinstance(commands.get_nowait(), Launch)
+    hopeless = _job("hopeless")
+    hopeless.arrival_time, hopeless.slo = now, Slo(ttft_s=1.0)
+    with pytest.raises(SloUnreachable) as caught:
+        core.submit(hopeless, OutputStream())
+    assert caught.value.refusal.reason == "ttft" and caught.value.refusal.retry_after_s > 4
+    assert core.num_jobs == 1  # refused before it became a job
+    # A wrong prediction lets two through: the running job "ends in 40 ms".
+    busy.predicted_output_tokens = 5
+    core.lanes[0].work.update(busy)
+    shed_me, keep_me = _job("shed"), _job("keep")
+    streams = {job.job_id: OutputStream() for job in (shed_me, keep_me)}
+    for job in (shed_me, keep_me):
+        job.arrival_time, job.predicted_output_tokens = core.now(), 3
+        job.slo = Slo(ttft_s=0.2, sheddable=job is shed_me)
+        core.submit(job, streams[job.job_id])
+    _step(core, inbox)
+    assert keep_me.on_time and core.waiting.rank(keep_me) == 0
+    await asyncio.sleep(0.25)  # the running job is still running: both are late
+    _step(core, inbox)
+    assert shed_me.status is JobStatus.ABORTED and shed_me.finish_reason == "shed"
+    _, end = await read_to_end(streams["shed"], 1)
+    assert end.dropped == "rejected-ttl-expired" and end.error is not None
+    assert keep_me in core.waiting and keep_me.slo_missed and core.waiting.rank(keep_me) == 1

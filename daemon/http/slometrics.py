@@ -1,0 +1,74 @@
+"""Latency-objective metrics: per request class, requests that met, missed, were refused or
+shed, the TTFT and TPOT slack of those served, and each executor's predicted TTFT for a new
+request (what a router reads to pick the pod that meets a deadline)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from daemon.core.job import Job, JobStatus
+from daemon.core.scheduler import Scheduler
+from daemon.core.slo import attainment
+
+# Seconds of slack (objective minus actual): negative = missed by that much.
+_SLACK_BUCKETS = (-10, -2.5, -1, -0.5, -0.25, -0.1, -0.05, -0.01, 0, 0.01, 0.05, 0.1, 0.25,
+                  0.5, 1, 2.5, 10)
+
+
+class SloMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "lengthwise_slo_requests", "Requests with a latency objective by class "
+            "(priority) and outcome: met, missed (served late, or failed), refused (429 at "
+            "arrival: it could not meet its objective), shed (dropped while waiting)",
+            ["priority", "outcome"], registry=registry)
+        self.ttft_slack = Histogram(
+            "lengthwise_slo_ttft_slack_seconds", "TTFT objective minus the actual TTFT of "
+            "requests served (negative: missed)", ["priority"], buckets=_SLACK_BUCKETS,
+            registry=registry)
+        self.tpot_slack = Histogram(
+            "lengthwise_slo_tpot_slack_seconds", "TPOT objective minus the actual mean time "
+            "per output token (negative: missed)", ["priority"], buckets=_SLACK_BUCKETS,
+            registry=registry)
+
+    def refused(self, priority: int) -> None:
+        self.requests.labels(str(priority), "refused").inc()
+
+    def observe(self, job: Job) -> None:
+        """A job ended (once per job); a client that left early counts nowhere."""
+        if job.slo is None or (job.status is JobStatus.ABORTED and job.finish_reason != "shed"):
+            return
+        priority = str(job.priority)
+        if job.finish_reason == "shed":
+            self.requests.labels(priority, "shed").inc()
+            return
+        result = attainment(job) if job.status is JobStatus.FINISHED else None
+        if result is not None:
+            if result.ttft_slack_s is not None:
+                self.ttft_slack.labels(priority).observe(result.ttft_slack_s)
+            if result.tpot_slack_s is not None:
+                self.tpot_slack.labels(priority).observe(result.tpot_slack_s)
+        met = result is not None and result.met
+        self.requests.labels(priority, "met" if met else "missed").inc()
+
+
+class PredictedTtftCollector(Collector):
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "lengthwise_predicted_ttft_seconds", "Predicted time to first token of a new "
+            "best-effort request of class 0 on this executor, from the learned clock and "
+            "the predicted work ahead (absent while its engine is down)", labels=["executor"])
+        forecast = self._scheduler.forecast
+        for lane in self._scheduler.lanes:
+            ttft = forecast.ttft_s(lane)
+            if math.isfinite(ttft):
+                family.add_metric([lane.name], ttft)
+        yield family

@@ -1,0 +1,57 @@
+"""The waiting set under latency objectives: on-time jobs ahead of best effort in their
+class, promoted when their slack runs low, handed back at their latest start."""
+
+from __future__ import annotations
+
+from daemon.core.job import Job, SamplingSpec, Slo
+from daemon.core.waitqueue import WaitQueue
+
+
+def _job(name: str, tokens: float, priority: int = 0, ttft_s: float | None = None) -> Job:
+    return Job(name, [1], SamplingSpec(max_tokens=100), arrival_time=0.0, priority=priority,
+               predicted_output_tokens=tokens,
+               slo=None if ttft_s is None else Slo(ttft_s=ttft_s))
+
+
+def _times(job: Job) -> tuple[float, float] | None:
+    """Latest start = the TTFT deadline; promoted 1 s before."""
+    if job.slo is None or job.slo.ttft_s is None:
+        return None
+    return job.arrival_time + job.slo.ttft_s - 1.0, job.arrival_time + job.slo.ttft_s
+
+
+def _queue(*jobs: Job) -> WaitQueue:
+    queue = WaitQueue(lambda j: j.predicted_output_tokens or 0.0, None, _times)
+    for job in jobs:
+        queue.push(job)
+    return queue
+
+
+def test_on_time_jobs_go_first_in_their_class_in_policy_order() -> None:
+    best_effort = _job("be", tokens=1)
+    long_slo, short_slo = _job("long", 50, ttft_s=10), _job("short", 5, ttft_s=20)
+    urgent_class = _job("urgent", 99, priority=-1)
+    queue = _queue(best_effort, long_slo, short_slo, urgent_class)
+    order = [queue.pop(0.0) for _ in range(4)]
+    assert [j.job_id for j in order if j] == ["urgent", "short", "long", "be"]
+
+
+def test_a_job_low_on_slack_is_promoted_then_late() -> None:
+    short_slo, long_slo = _job("short", 5, ttft_s=20), _job("long", 50, ttft_s=10)
+    queue = _queue(short_slo, long_slo)
+    assert queue.peek(8.0) is short_slo  # policy order while both have slack
+    assert queue.peek(9.0) is long_slo  # 1 s of slack left: promoted
+    assert queue.promotion_due() == 9.0 and queue.expiry_due() == 10.0
+    assert queue.expire(9.5) == []
+    assert queue.expire(10.0) == [long_slo]  # it can no longer make it
+    long_slo.slo_missed = True
+    queue.update(long_slo)  # waits on as best effort: behind the on-time one
+    assert queue.rank(long_slo) == 1 and queue.peek(9.5) is short_slo
+    assert queue.expiry_due() == 20.0
+
+
+def test_best_effort_only_keeps_the_policy_order() -> None:
+    jobs = [_job(str(n), n) for n in (3, 1, 2)]
+    queue = _queue(*jobs)
+    assert [queue.pop(0.0).job_id for _ in jobs] == ["1", "2", "3"]  # type: ignore[union-attr]
+    assert queue.expiry_due() is None and queue.promotion_due() is None

@@ -1,0 +1,129 @@
+"""Latency objectives over HTTP, in-process (ASGI, simulated executor): headers checked, a
+request that cannot meet its TTFT refused at once with Retry-After and llm-d's reason, a
+sheddable class giving its room to a more urgent one (never to equal work), the predicted
+latency in the response headers, attainment and refusals in /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from daemon.apikeys import ApiKey, Objective
+from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig, SloConfig
+from daemon.core.job import SamplingSpec, Slo
+from daemon.http.app import build_app
+from daemon.http.errors import ApiError
+from daemon.http.slo import DROPPED_HEADER, TPOT_HEADER, TTFT_HEADER, objective
+from daemon.service import Service
+
+MODEL = "smollm2-135m-instruct"
+ASK = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
+CLASSES = {"5": Objective(sheddable=True), "1": Objective(ttft_ms=30_000, tpot_ms=1_000)}
+
+
+@pytest_asyncio.fixture
+async def rig(smollm2_model: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
+    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=512),
+                    engine=EngineConfig(kind="sim", max_num_seqs=1),
+                    scheduler=SchedulerConfig(policy="fcfs", max_running=1, max_waiting=2),
+                    slo=SloConfig(classes=CLASSES))
+    service = await Service.create(config)
+    await service.start()
+    transport = httpx.ASGITransport(app=build_app(service))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        yield http, service
+    await service.scheduler.abort_all(timeout_s=5)
+    await service.shutdown()
+
+
+async def _occupy(service: Service, priority: int = 0, count: int = 1) -> None:
+    """Jobs that last seconds on the simulated engine (8 ms a step x 400 tokens)."""
+    for _ in range(count):
+        job = service.new_job([1, 2], SamplingSpec(max_tokens=400, ignore_eos=True), priority,
+                              "fill", slo=Slo(sheddable=True) if priority == 5 else None)
+        service.submit(job)
+        await asyncio.sleep(0.05)
+
+
+def test_headers_win_over_the_key_and_the_class() -> None:
+    key = ApiKey("k", objective=Objective(ttft_ms=500, sheddable=True))
+    got = objective({TPOT_HEADER: "40"}, 1, key, CLASSES)
+    assert got == Slo(ttft_s=0.5, tpot_s=0.04, sheddable=True)
+    assert objective({}, 1, None, CLASSES) == Slo(ttft_s=30.0, tpot_s=1.0)
+    assert objective({TTFT_HEADER: "250"}, 0, None, CLASSES) == Slo(ttft_s=0.25)
+    assert objective({}, 0, None, CLASSES) is None  # best effort
+    assert objective({}, 5, None, CLASSES) == Slo(sheddable=True)
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "abc", "nan", "inf", "1e9", ""])
+def test_a_bad_header_is_a_400_naming_it(value: str) -> None:
+    with pytest.raises(ApiError) as caught:
+        objective({TTFT_HEADER: value}, 0, None, {})
+    assert caught.value.status == 400 and caught.value.info.param == TTFT_HEADER
+
+
+@pytest.mark.asyncio
+async def test_bad_header_over_http_and_the_daemon_keeps_serving(
+        rig: tuple[httpx.AsyncClient, Service]) -> None:
+    http, _ = rig
+    bad = await http.post("/v1/chat/completions", json=ASK, headers={TPOT_HEADER: "soon"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == TPOT_HEADER
+    good = await http.post("/v1/chat/completions", json=ASK, headers={TTFT_HEADER: "60000"})
+    assert good.status_code == 200
+    assert int(good.headers["x-lengthwise-predicted-ttft-ms"]) >= 0
+    assert int(good.headers["x-lengthwise-predicted-finish-ms"]) >= int(
+        good.headers["x-lengthwise-predicted-ttft-ms"])
+    metrics = (await http.get("/metrics")).text
+    assert 'lengthwise_slo_requests_total{outcome="met",priority="0"} 1.0' in metrics
+    assert 'lengthwise_predicted_ttft_seconds{executor="sim0"}' in metrics
+
+
+@pytest.mark.asyncio
+async def test_unreachable_ttft_is_refused_at_once_before_any_engine_work(
+        rig: tuple[httpx.AsyncClient, Service]) -> None:
+    http, service = rig
+    await _occupy(service, count=2)
+    jobs = service.scheduler.num_jobs
+    started = time.perf_counter()
+    refused = await http.post("/v1/chat/completions", json=ASK, headers={TTFT_HEADER: "50"})
+    elapsed = time.perf_counter() - started
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "slo_unreachable"
+    assert int(refused.headers["retry-after"]) >= 1
+    assert refused.headers[DROPPED_HEADER] == "rejected-saturated"
+    assert service.scheduler.num_jobs == jobs  # never became a job
+    assert elapsed < 1.0  # no waiting on the engine (the target, 50 ms, is benchmarked)
+    metrics = (await http.get("/metrics")).text
+    assert 'lengthwise_slo_requests_total{outcome="refused",priority="0"} 1.0' in metrics
+
+
+@pytest.mark.asyncio
+async def test_a_sheddable_class_gives_its_room_to_a_more_urgent_request_only(
+        rig: tuple[httpx.AsyncClient, Service]) -> None:
+    http, service = rig
+    await _occupy(service)  # running
+    await _occupy(service, priority=5, count=2)  # waiting: the queue (2) is full
+    # Equal work is never dropped for equal work: another sheddable request gets 429.
+    same = await http.post("/v1/chat/completions", json={**ASK, "priority": 5})
+    assert same.status_code == 429 and DROPPED_HEADER in same.headers
+    assert service.scheduler.num_jobs == 3
+    shed_before = [j for j in service.scheduler.waiting if j.priority == 5]
+    urgent = asyncio.create_task(http.post("/v1/chat/completions", json=ASK))
+    for _ in range(100):  # the urgent one is queued, one sheddable job dropped for it
+        await asyncio.sleep(0.02)
+        if sum(j.priority == 0 for j in service.scheduler.waiting) == 1:
+            break
+    left = [j for j in service.scheduler.waiting if j.priority == 5]
+    assert len(left) == 1 and left[0] is shed_before[0]  # the latest-queued one went
+    dropped = shed_before[1]
+    assert dropped.finish_reason == "shed"
+    await service.scheduler.abort_all(timeout_s=5)
+    urgent.cancel()
+    metrics = (await http.get("/metrics")).text
+    assert 'lengthwise_slo_requests_total{outcome="shed",priority="5"} 1.0' in metrics

@@ -1,41 +1,12 @@
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import (
-    BENCH_KNOBS,
-    ROOT,
-    SMOLLM2,
-    TINY,
-    DaemonProcess,
-    config_text,
-    free_port,
-)
-
-
-def _require(model: Path) -> None:
-    if not (model / "config.json").exists():
-        pytest.fail(f"{model} is missing: run `make models` (make test does it)")
-
-
-@contextlib.contextmanager
-def _running(folder: Path, model: Path, env: dict[str, str] | None = None,
-             **config: object) -> Iterator[DaemonProcess]:
-    """A ready daemon for the block; it must then stop cleanly (exit 0)."""
-    _require(model)
-    path = folder / "lengthwise.toml"
-    path.write_text(config_text(model, free_port(), **config))  # type: ignore[arg-type]
-    daemon = DaemonProcess(path, folder / "daemon.log", env)
-    try:
-        daemon.wait_ready()
-        yield daemon
-    finally:
-        code = daemon.stop()
-        assert code == 0, daemon.log()
+from tests.support import BENCH_KNOBS, ROOT, SMOLLM2, TINY, DaemonProcess, require_model
+from tests.support import running_daemon as _running
 
 
 @pytest.fixture(scope="session")
@@ -76,11 +47,11 @@ profile = "{ROOT / 'bench' / 'profiles' / 'tiny-llama-cpu-stack.json'}"
 
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
-    _require(TINY)
+    require_model(TINY)
     return TINY
 
 
 @pytest.fixture(scope="session")
 def smollm2_model() -> Path:
-    _require(SMOLLM2)
+    require_model(SMOLLM2)
     return SMOLLM2

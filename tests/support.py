@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -10,9 +11,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from daemon.core.stream import JobEnd, OutputStream, TokenDelta
 
@@ -35,7 +38,7 @@ def free_port() -> int:
 
 def config_text(model: Path, port: int, *, engine_kind: str = "vllm", max_running: int = 4,
                 max_num_seqs: int = 4, drain_timeout_s: float = 30.0, policy: str = "fcfs",
-                dtype: str = "auto", extra: str = "") -> str:
+                dtype: str = "auto", max_waiting: int = 1024, extra: str = "") -> str:
     return f"""
 [server]
 port = {port}
@@ -50,6 +53,7 @@ vllm_args = {{ dtype = "{dtype}" }}
 [scheduler]
 policy = "{policy}"
 max_running = {max_running}
+max_waiting = {max_waiting}
 [limits]
 drain_timeout_s = {drain_timeout_s}
 {extra}
@@ -149,3 +153,24 @@ async def read_to_end(stream: OutputStream, timeout_s: float = 120.0
         if isinstance(item, JobEnd):
             return deltas, item
         deltas.append(item)
+
+
+def require_model(model: Path) -> None:
+    if not (model / "config.json").exists():
+        pytest.fail(f"{model} is missing: run `make models` (make test does it)")
+
+
+@contextlib.contextmanager
+def running_daemon(folder: Path, model: Path, env: dict[str, str] | None = None,
+                   **config: object) -> Iterator[DaemonProcess]:
+    """A ready daemon for the block; it must then stop cleanly (exit 0)."""
+    require_model(model)
+    path = folder / "lengthwise.toml"
+    path.write_text(config_text(model, free_port(), **config))  # type: ignore[arg-type]
+    daemon = DaemonProcess(path, folder / "daemon.log", env)
+    try:
+        daemon.wait_ready()
+        yield daemon
+    finally:
+        code = daemon.stop()
+        assert code == 0, daemon.log()

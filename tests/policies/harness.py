@@ -111,9 +111,10 @@ class RecordingStream(OutputStream):
         self.deltas.append(TokenDelta(text, list(token_ids)))
         return super().push(text, token_ids)
 
-    def finish(self, finish_reason: str | None, error: str | None = None) -> None:
-        self.ends.append(JobEnd(finish_reason, error))
-        super().finish(finish_reason, error)
+    def finish(self, finish_reason: str | None, error: str | None = None,
+               dropped: str | None = None) -> None:
+        self.ends.append(JobEnd(finish_reason, error, dropped))
+        super().finish(finish_reason, error, dropped)
 
 
 class CheckedScheduler(Scheduler):

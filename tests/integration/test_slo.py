@@ -1,0 +1,101 @@
+"""Latency objectives on the real engine (vLLM, tiny model, one slot): a request with an
+objective goes ahead of best-effort work that came first; one that cannot make its TTFT gets
+429 with Retry-After at once; a sheddable request gives its room to a more urgent one; and
+/metrics counts what the client saw."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from daemon.http.slo import DROPPED_HEADER, TTFT_HEADER
+from tests.http.test_routermetrics import scrape
+from tests.support import TINY, DaemonProcess, running_daemon
+
+pytestmark = pytest.mark.engine
+
+CLASSES = '[slo]\nclasses = { "5" = { sheddable = true } }\n'
+
+
+def _ask(tokens: int, priority: int = 0, text: str = "hello") -> dict[str, object]:
+    return {"model": "tiny-llama", "messages": [{"role": "user", "content": text}],
+            "max_tokens": tokens, "ignore_eos": True, "temperature": 0.0, "priority": priority}
+
+
+def _metric(daemon: DaemonProcess, name: str, **labels: str) -> float:
+    """The sum of the samples named `name` (a counter's family drops its _total)."""
+    families = scrape(httpx.get(daemon.base_url + "/metrics", timeout=10).text)
+    return sum(s.value for s in families.get(name.removesuffix("_total"), [])
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+async def _wait_for(daemon: DaemonProcess, name: str, value: float, **labels: str) -> None:
+    deadline = time.monotonic() + 60
+    while await asyncio.to_thread(_metric, daemon, name, **labels) < value:
+        assert time.monotonic() < deadline, f"{name}{labels} never reached {value}"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.asyncio
+async def test_objectives_on_the_real_engine(tmp_path: Path) -> None:
+    with running_daemon(tmp_path, TINY, max_running=1, max_num_seqs=1, max_waiting=3,
+                        dtype="float32", extra=CLASSES) as daemon:
+        async with httpx.AsyncClient(base_url=daemon.base_url, timeout=120) as http:
+            await _scenario(daemon, http)
+
+
+async def _scenario(daemon: DaemonProcess, http: httpx.AsyncClient) -> None:
+    done: list[str] = []
+
+    async def post(name: str, body: dict[str, object], **headers: str) -> httpx.Response:
+        response = await http.post("/v1/chat/completions", json=body, headers=headers)
+        done.append(name)
+        return response
+
+    # One long job holds the only slot for seconds.
+    blocker = asyncio.create_task(post("blocker", _ask(1500, text="write a long story")))
+    await _wait_for(daemon, "lengthwise_running_jobs", 1)
+    waiting = await asyncio.to_thread(_metric, daemon, "lengthwise_predicted_ttft_seconds")
+    assert waiting > 0.1  # the precondition of the refusal below: the blocker is predicted long
+
+    # A request whose TTFT objective is a third of the predicted wait: refused at once,
+    # before it becomes a job (no engine work), with when to retry and llm-d's reason.
+    started = time.perf_counter()
+    refused = await post("refused", _ask(8), **{TTFT_HEADER: f"{waiting * 1000 / 3:.0f}"})
+    assert refused.status_code == 429, refused.text
+    assert time.perf_counter() - started < 1.0
+    assert int(refused.headers["retry-after"]) >= 1
+    assert refused.headers[DROPPED_HEADER] == "rejected-saturated"
+    assert refused.json()["error"]["code"] == "slo_unreachable"
+
+    # Best effort first, then a request with a reachable objective: it goes first.
+    best_effort = asyncio.create_task(post("best-effort", _ask(8)))
+    await _wait_for(daemon, "lengthwise_queue_depth", 1)
+    on_time = asyncio.create_task(post("on-time", _ask(8), **{TTFT_HEADER: "120000"}))
+    await _wait_for(daemon, "lengthwise_queue_depth", 2)
+    sheddable = asyncio.create_task(post("sheddable", _ask(8, priority=5)))
+    await _wait_for(daemon, "lengthwise_queue_depth", 3)  # the queue is full (max_waiting)
+    # Equal work is not dropped for equal work; a more urgent request makes room.
+    equal = await post("equal", _ask(8, priority=5))
+    assert equal.status_code == 429 and "requests are already waiting" in equal.text
+    urgent = asyncio.create_task(post("urgent", _ask(8, priority=0)))
+    dropped = await sheddable
+    assert dropped.status_code == 429, dropped.text
+    assert dropped.headers[DROPPED_HEADER] == "evicted-priority"
+
+    responses = await asyncio.gather(blocker, best_effort, on_time, urgent)
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+    assert done.index("on-time") < done.index("best-effort") < done.index("urgent")
+    headers = responses[2].headers
+    assert int(headers["x-lengthwise-predicted-ttft-ms"]) <= int(
+        headers["x-lengthwise-predicted-finish-ms"])
+
+    # What the client saw, counted in /metrics.
+    counts = {outcome: await asyncio.to_thread(
+        _metric, daemon, "lengthwise_slo_requests_total", outcome=outcome)
+        for outcome in ("met", "missed", "refused", "shed")}
+    assert counts == {"met": 1, "missed": 0, "refused": 1, "shed": 1}

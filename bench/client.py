@@ -34,6 +34,7 @@ class ClientOptions(msgspec.Struct, frozen=True, kw_only=True):
     # never finds the previous run's prompts in the server's prefix cache (same prompts,
     # new rate): every rate pays its prefills as a fresh server would.
     salt: str = ""
+    headers: dict[str, str] = {}  # sent with every request (llm-d's SLO headers: --send-slo)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,6 +43,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="let the model stop by itself (default: force each output length)")
     p.add_argument("--slo-ttft", type=float, default=None, help="goodput SLO on TTFT, s")
     p.add_argument("--slo-tpot", type=float, default=None, help="goodput SLO on TPOT, s")
+    p.add_argument("--send-slo", action="store_true",
+                   help="send --slo-ttft / --slo-tpot with every request as llm-d's headers "
+                        "(x-llm-d-slo-ttft-ms, x-llm-d-slo-tpot-ms), to every system")
+
+
+def slo_headers(args: argparse.Namespace) -> dict[str, str]:
+    """llm-d's SLO headers for --send-slo; {} without it."""
+    if not getattr(args, "send_slo", False):
+        return {}
+    pairs = (("x-llm-d-slo-ttft-ms", args.slo_ttft), ("x-llm-d-slo-tpot-ms", args.slo_tpot))
+    return {name: f"{value * 1000:g}" for name, value in pairs if value is not None}
 
 
 def request_body(req: Request, opts: ClientOptions, model: str) -> dict[str, Any]:
@@ -76,7 +88,8 @@ async def _one(client: httpx.AsyncClient, base: str, req: Request, opts: ClientO
     first, last, chunks, usage = math.nan, math.nan, 0, None
     try:
         async with client.stream("POST", f"{base}/v1/chat/completions",
-                                 json=request_body(req, opts, model)) as resp:
+                                 json=request_body(req, opts, model),
+                                 headers=opts.headers) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")[:200]
                 return _failed(req, f"HTTP {resp.status_code}: {text}")

@@ -124,7 +124,7 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
     try:
         startup = server.wait_ready()
         opts = ClientOptions(natural=args.natural, priority=system.client_priority,
-                                    max_model_len=args.max_model_len, salt="warm-up. ")
+                             max_model_len=args.max_model_len, salt="warm-up. ")
         # Unmeasured burst first: first-call costs (allocators, kernel selection, the
         # predictor's first forward) belong to no rate, and every system pays them here.
         warm_up = workload.build(workload.spec_from_args(args, rate=WARM_UP_RATE))
@@ -132,7 +132,8 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
         for k, rate in enumerate(rates):
             # Every rate sends the same prompts: salted apart, none hits the prefix cache
             # the previous rate filled (the same salt for every system: same work).
-            opts = msgspec.structs.replace(opts, salt=f"run {k + 1}. ")
+            opts = msgspec.structs.replace(opts, salt=f"run {k + 1}. ",
+                                           headers=client.slo_headers(args))
             started, meter = time.perf_counter(), CpuMeter(server.proc.pid)
             results = _drive(server, args, rate, opts, out / "vllm-client",
                              f"{system.spec.replace(':', '-')}-{rate:g}-{repeat}")
@@ -142,7 +143,8 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
                                      requests=results, wall_s=time.perf_counter() - started,
                                      cpu=cpu, repeat=repeat))
             print(f"{system.spec:>24} @ {rate:g} req/s #{repeat + 1}: mean JCT {summary.mean_jct:.2f} s, "
-                  f"p99 {summary.p99_jct:.2f} s, {summary.n_failed} failed; "
+                  f"p99 {summary.p99_jct:.2f} s, goodput {summary.goodput_rps:.2f} req/s, "
+                  f"{summary.n_failed} failed ({summary.n_refused} x 429); "
                   f"{cpu.describe()}", flush=True)
             cpu.warn_if_contaminated("during this run")
     finally:
@@ -162,7 +164,7 @@ def _drive(server: Server, args: argparse.Namespace, rate: float, opts: ClientOp
     return vllm_client.run(server.base_url, requests, work_dir, tag, rate=rate,
                            cv=args.cv if args.arrivals == "gamma" else 1.0, seed=args.seed,
                            natural=args.natural, salt=opts.salt, tokenizer=args.model,
-                           max_model_len=args.max_model_len)
+                           max_model_len=args.max_model_len, headers=opts.headers)
 
 
 def measure_capacity(settings: Settings, args: argparse.Namespace, out: Path) -> float:

@@ -49,6 +49,7 @@ class Summary(msgspec.Struct, kw_only=True):
     throughput_tps: float
     norm_latency: float  # mean over requests of JCT / output tokens (s/token)
     goodput_rps: float  # completed requests meeting both SLOs, per second
+    n_refused: int = 0  # failed with 429 (refused or shed to keep latency objectives)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -87,7 +88,13 @@ def summarize(results: Sequence[RequestResult], slo_ttft: float | None = None,
         throughput_tps=per_s(sum(r.output_tokens for r in done)),
         norm_latency=_mean([r.jct_s / r.output_tokens for r in done if r.output_tokens > 0]),
         goodput_rps=per_s(good),
+        n_refused=sum(1 for r in results if not r.ok and _refused(r.error)),
     )
+
+
+def _refused(error: str) -> bool:
+    """A 429 as our client ("HTTP 429: ...") or vLLM's ("Too Many Requests") reports it."""
+    return error.startswith("HTTP 429") or "Too Many Requests" in error
 
 
 def _nan_to_none(value: object) -> object:
@@ -103,7 +110,7 @@ def to_json(summary: Summary, extra: dict[str, object] | None = None) -> str:
 
 # The headline metrics of tables, repeats and ratios (Summary field names).
 HEADLINE = ("mean_ttft", "p50_ttft", "p99_ttft", "mean_jct", "p50_jct", "p99_jct", "throughput_rps",
-            "throughput_tps")
+            "throughput_tps", "goodput_rps")
 
 
 class Spread(msgspec.Struct, frozen=True):
@@ -126,8 +133,8 @@ def median_summary(summaries: Sequence[Summary]) -> Summary:
         return summaries[0]
     fields: dict[str, float | int] = {f: spread(summaries, f).median
                                       for f in Summary.__struct_fields__}
-    fields["n_completed"] = round(fields["n_completed"])
-    fields["n_failed"] = round(fields["n_failed"])
+    for count in ("n_completed", "n_failed", "n_refused"):
+        fields[count] = round(fields[count])
     return msgspec.convert(fields, Summary)
 
 

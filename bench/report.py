@@ -35,8 +35,8 @@ def markdown_table(runs: Sequence[_Run], baseline: str = "vllm") -> str:
     base = {r.rate: r.summary.mean_jct for r in runs if r.system == baseline}
     lines = [("| rate (req/s) | system | done/failed | mean JCT (s) | p50 | p95 | p99 JCT (s) "
              "| mean TTFT (s) | p50 TTFT | p99 TTFT | mean TPOT (ms) | req/s | tok/s | norm lat (ms/tok) "
-             f"| mean JCT vs {baseline} |"),
-             "|---" * 15 + "|"]
+             f"| goodput (req/s) | 429s | mean JCT vs {baseline} |"),
+             "|---" * 17 + "|"]
     for r in sorted(runs, key=lambda r: (r.rate, r.system)):
         s = r.summary
         ref = base.get(r.rate)
@@ -46,5 +46,6 @@ def markdown_table(runs: Sequence[_Run], baseline: str = "vllm") -> str:
             f"| {_cell(r, 'p50_jct')} | {_f(s.p95_jct)} | {_cell(r, 'p99_jct')} "
             f"| {_cell(r, 'mean_ttft')} | {_cell(r, 'p50_ttft')} | {_cell(r, 'p99_ttft')} | {_f(s.mean_tpot * 1000, 1)} "
             f"| {_cell(r, 'throughput_rps')} | {_cell(r, 'throughput_tps', digits=0)} "
-            f"| {_f(s.norm_latency * 1000, 1)} | {rel} |")
+            f"| {_f(s.norm_latency * 1000, 1)} | {_cell(r, 'goodput_rps')} | {s.n_refused} "
+            f"| {rel} |")
     return "\n".join(lines) + "\n"

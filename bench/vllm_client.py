@@ -49,7 +49,8 @@ def served_model(base_url: str) -> str:
 
 
 def command(base_url: str, dataset: Path, result: Path, *, num: int, rate: float, cv: float,
-            seed: int, natural: bool, tokenizer: Path, model: str) -> list[str]:
+            seed: int, natural: bool, tokenizer: Path, model: str,
+            headers: dict[str, str] | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "bench.vllm_bench_serve",
            "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
            "--base-url", base_url, "--model", model, "--tokenizer", str(tokenizer),
@@ -64,6 +65,8 @@ def command(base_url: str, dataset: Path, result: Path, *, num: int, rate: float
            "--result-dir", str(result.parent), "--result-filename", result.name]
     if not natural:
         cmd.append("--ignore-eos")
+    if headers:
+        cmd += ["--header", *(f"{name}={value}" for name, value in headers.items())]
     return cmd
 
 
@@ -85,13 +88,14 @@ def results_from(saved: dict, requests: Sequence[Request]) -> list[RequestResult
 
 def run(base_url: str, requests: Sequence[Request], work_dir: Path, tag: str, *, rate: float,
         cv: float, seed: int, natural: bool, salt: str, tokenizer: Path,
-        max_model_len: int) -> list[RequestResult]:
+        max_model_len: int, headers: dict[str, str] | None = None) -> list[RequestResult]:
     """One run of vLLM's client against `base_url`; its log and result stay in work_dir."""
     work_dir.mkdir(parents=True, exist_ok=True)
     dataset, result = work_dir / f"{tag}.jsonl", work_dir / f"{tag}.result.json"
     write_dataset(requests, dataset, salt, natural, max_model_len)
     cmd = command(base_url, dataset, result, num=len(requests), rate=rate, cv=cv, seed=seed,
-                  natural=natural, tokenizer=tokenizer, model=served_model(base_url))
+                  natural=natural, tokenizer=tokenizer, model=served_model(base_url),
+                  headers=headers)
     with open(work_dir / f"{tag}.log", "w") as log:
         done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0 or not result.exists():

@@ -50,6 +50,16 @@ def test_json_has_exactly_the_issue_fields_and_no_nan() -> None:
     empty = json.loads(to_json(summarize([_r(0, 0.0, 0, 0, 0, ok=False)])))
     assert list(empty) == ["n_completed", "n_failed", "mean_jct", "p50_jct", "p95_jct",
                            "p99_jct", "mean_ttft", "p50_ttft", "p99_ttft", "mean_tpot", "throughput_rps",
-                           "throughput_tps", "norm_latency", "goodput_rps"]
+                           "throughput_tps", "norm_latency", "goodput_rps", "n_refused"]
     assert empty["mean_jct"] is None and not any(
         isinstance(v, float) and math.isnan(v) for v in empty.values())
+
+
+def test_refusals_are_counted_from_either_client() -> None:
+    ours = _r(0, 0.0, 0, 0, 0, ok=False)
+    ours.error = "HTTP 429: {...}"
+    vllms = _r(1, 0.0, 0, 0, 0, ok=False)
+    vllms.error = "Too Many Requests"
+    other = _r(2, 0.0, 0, 0, 0, ok=False)
+    other.error = "HTTP 500: boom"
+    assert summarize([ours, vllms, other]).n_refused == 2

@@ -100,11 +100,11 @@ class Forecaster:
             end = (job.finish_time or now) - job.arrival_time
             return slo.Prediction(end if job.first_token_time is None
                                   else job.first_token_time - job.arrival_time, end)
-        if job in self.waiting:
-            rank = (WaitQueue.rank(job), policy.order_key(job))
-            ahead = [other for other in self.waiting if other is not job and (
-                (WaitQueue.rank(other), policy.order_key(other)) < rank
-                or self.waiting.deadline(other) <= now)]
+        if job in self.waiting:  # behind what ranks before it as queued (no policy call)
+            keyed = self.waiting.keyed()
+            mine = next(((rank, key) for rank, key, other in keyed if other is job), (0, 0.0))
+            ahead = [other for rank, key, other in keyed if other is not job and (
+                (rank, key) < mine or self.waiting.deadline(other) <= now)]
             start = since + self._start_in(ahead)
         else:  # running (or about to be queued: now)
             start = since

@@ -1,0 +1,89 @@
+"""Forecasts over the core's state: when a new request would start, what goes before it,
+its refusal, a queued job's predicted latency, a lane's predicted TTFT, the job to shed."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from daemon.core.costmodel import CostModel
+from daemon.core.events import Event
+from daemon.core.job import Job, SamplingSpec, Slo
+from daemon.core.lanes import Lane
+from daemon.core.scheduler import Scheduler
+from daemon.core.settings import SchedulerConfig
+from policies.fcfs import FCFS
+
+# 10 ms per decode step and no prefill cost: a job of n tokens takes n x 10 ms.
+COST = CostModel(prefill_base_s=0.0, prefill_per_token_s=0.0, decode_base_s=0.01,
+                 decode_per_seq_s=0.0, decode_per_context_token_s=0.0)
+
+
+def _core() -> Scheduler:
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    core = Scheduler([Lane("e0", asyncio.Queue(), 1)], FCFS(cost=COST),  # type: ignore[arg-type]
+                     SchedulerConfig(max_running=1), inbox)
+    core.accepting = True
+    return core
+
+
+def _job(name: str, tokens: float, now: float, priority: int = 0,
+         slo: Slo | None = None) -> Job:
+    return Job(name, [1, 2], SamplingSpec(max_tokens=1000), arrival_time=now,
+               priority=priority, predicted_output_tokens=tokens, enqueue_time=now, slo=slo)
+
+
+@pytest.mark.asyncio
+async def test_a_new_request_starts_after_the_running_job_and_the_work_ahead() -> None:
+    core = _core()
+    now = core.now()
+    forecast = core.forecast
+    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.1)), []) is None  # idle
+    core.lanes[0].running["r"] = _job("r", 100, now)  # 1 s left
+    urgent = _job("u", 50, now, priority=-1)  # a more urgent class: 0.5 s more
+    best_effort = _job("b", 500, now)  # behind any job with an objective
+    for job in (urgent, best_effort):
+        core.waiting.push(job)
+    new = _job("n", 5, now, slo=Slo(ttft_s=1.0))
+    assert forecast.ahead_of(new) == [urgent]
+    refusal = forecast.refusal(new)
+    assert refusal is not None and refusal.reason == "ttft"
+    assert refusal.predicted_s == pytest.approx(1.5, abs=0.05)
+    assert refusal.retry_after_s == pytest.approx(0.5, abs=0.05)
+    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=2.0))) is None
+    # Arrived, not yet queued: counted when of its class or a more urgent one.
+    pending = _job("p", 100, now)
+    assert forecast.ahead_of(new, [pending]) == [urgent, pending]
+    assert forecast.ahead_of(new, [_job("q", 100, now, priority=3)]) == [urgent]
+
+
+@pytest.mark.asyncio
+async def test_predicted_latency_of_a_queued_job_and_of_a_lane() -> None:
+    core = _core()
+    now = core.now()
+    core.lanes[0].running["r"] = _job("r", 100, now)
+    first, second = _job("a", 20, now), _job("b", 30, now + 0.001)
+    for job in (first, second):
+        core.waiting.push(job)
+    got = core.forecast.latency(second)  # after r (1 s) and a (0.2 s), then its own 0.3 s
+    assert got.ttft_s == pytest.approx(1.2, abs=0.05)
+    assert got.finish_s == pytest.approx(1.5, abs=0.05)
+    assert core.forecast.ttft_s(core.lanes[0]) == pytest.approx(1.5, abs=0.05)
+    core.lanes[0].down_reason = "restarting"
+    assert math.isinf(core.forecast.ttft_s(core.lanes[0]))
+
+
+@pytest.mark.asyncio
+async def test_only_a_less_urgent_sheddable_job_gives_up_its_room() -> None:
+    core = _core()
+    now = core.now()
+    older = _job("old", 10, now, priority=5, slo=Slo(sheddable=True))
+    newer = _job("new", 10, now + 1, priority=5, slo=Slo(sheddable=True))
+    keeper = _job("keep", 10, now, priority=9)  # not sheddable
+    for job in (older, newer, keeper):
+        core.waiting.push(job)
+    assert core.forecast.sheddable_for(_job("x", 1, now), set()) is newer
+    assert core.forecast.sheddable_for(_job("x", 1, now), {"new"}) is older
+    assert core.forecast.sheddable_for(_job("x", 1, now, priority=5), set()) is None

@@ -45,20 +45,16 @@ class Forecaster:
         return slo.start_in(free, services) + rest / max(len(free), 1)
 
     def ahead_of(self, job: Job, pending: Iterable[Job] = ()) -> list[Job]:
-        """Jobs that go before a new `job` with an objective: waiting ones of a more urgent
-        rank, on-time ones of its rank that must start earlier, promoted ones; and the
-        `pending` (arrived, not yet queued) of its class or a more urgent one."""
-        rank = WaitQueue.rank(job)
-        times = slo.times(job, self.estimates.policy)
-        mine = times[0] if times is not None else math.inf
+        """Jobs that go before a new `job` with an objective, in the order they go: waiting
+        ones of a more urgent rank, on-time ones of its rank that must start earlier
+        (WaitQueue orders them by latest start), promoted ones; then the `pending`
+        (arrived, not yet queued) of its class or a more urgent one."""
+        mine = (WaitQueue.rank(job), slo.latest_start(job, self.estimates.policy) or math.inf)
         waiting, now = self.waiting, self.now()
-        ahead = [other for other in waiting
-                 if (r := waiting.rank(other)) < rank
-                 or (r == rank and waiting.deadline(other) <= mine)
-                 or waiting.deadline(other) <= now]
-        ahead += [other for other in pending if other.priority <= job.priority]
-        ahead.sort(key=waiting.deadline)
-        return ahead
+        ahead = sorted((rank, key, other) for rank, key, other in waiting.keyed()
+                       if (rank, key) <= mine or waiting.deadline(other) <= now)
+        return [other for *_, other in ahead] + [
+            other for other in pending if other.priority <= job.priority]
 
     def admit(self, job: Job, pending: Iterable[Job], queued: int, max_waiting: int,
               shedding: set[str]) -> str | None:

@@ -187,9 +187,9 @@ class Scheduler:
             self._first_enqueue(job)
             return
         self._predictor.request(job)
-        if self.policy.uses_predictions:
+        if self.policy.uses_predictions and not job.on_time:
             self._predicting[job.job_id] = job  # queued when its prediction comes
-        else:  # its prediction (headers, metrics) comes while it waits or runs
+        else:  # fcfs, or by its deadline: the prediction comes while it waits or runs
             self._first_enqueue(job)
 
     def _first_enqueue(self, job: Job) -> None:

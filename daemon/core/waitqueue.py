@@ -24,7 +24,9 @@ class WaitQueue:
     starts for latency objectives.
 
     A job's rank is its priority class, then its tier: jobs that can still meet their
-    latency objective (job.on_time) before best-effort and late ones. An on-time job's
+    latency objective (job.on_time) before best-effort and late ones. On-time jobs are
+    ordered by slack (earliest latest start first, as admission forecasts them: core/
+    forecast.py); the others by the policy's key. An on-time job's
     deadline is its promotion time under its objective, when that is earlier than aging's;
     at its latest start `expire` hands it back to the core (to shed, or to wait on as best
     effort).
@@ -66,9 +68,8 @@ class WaitQueue:
         return 2 * job.priority + (0 if job.on_time else 1)
 
     def push(self, job: Job) -> None:
-        self._add(job)
-        seq = self._live[job.job_id][0]
         times = self._slo_times(job)
+        seq = self._add(job, times)
         if times is not None:
             heapq.heappush(self._expiry, (times[1], seq, job))
         deadline = self.deadline(job, times)
@@ -180,10 +181,15 @@ class WaitQueue:
             return None
         return self.slo_times(job)
 
-    def _add(self, job: Job) -> None:
+    def _add(self, job: Job, times: tuple[float, float] | None) -> int:
         seq = next(self._seq)
         self._live[job.job_id] = (seq, job)
-        heapq.heappush(self._heap, (self.rank(job), self._order_key(job), seq, job))
+        if job.on_time:  # by latest start; one without a start bound (TPOT only) last
+            key = times[1] if times is not None else float("inf")
+        else:
+            key = self._order_key(job)
+        heapq.heappush(self._heap, (self.rank(job), key, seq, job))
+        return seq
 
     @staticmethod
     def _promoted(age: _AgeEntry, now: float) -> bool:

@@ -27,20 +27,23 @@ def _queue(*jobs: Job) -> WaitQueue:
     return queue
 
 
-def test_on_time_jobs_go_first_in_their_class_in_policy_order() -> None:
-    best_effort = _job("be", tokens=1)
-    long_slo, short_slo = _job("long", 50, ttft_s=10), _job("short", 5, ttft_s=20)
+def test_on_time_jobs_go_first_in_their_class_by_slack() -> None:
+    best_effort, later_be = _job("be", tokens=1), _job("be2", tokens=0.5)
+    relaxed, tight = _job("relaxed", 5, ttft_s=20), _job("tight", 50, ttft_s=10)
     urgent_class = _job("urgent", 99, priority=-1)
-    queue = _queue(best_effort, long_slo, short_slo, urgent_class)
-    order = [queue.pop(0.0) for _ in range(4)]
-    assert [j.job_id for j in order if j] == ["urgent", "short", "long", "be"]
+    queue = _queue(best_effort, later_be, relaxed, tight, urgent_class)
+    order = [queue.pop(0.0) for _ in range(5)]
+    # Best effort keeps the policy's order (shortest first here), behind every on-time job.
+    assert [j.job_id for j in order if j] == ["urgent", "tight", "relaxed", "be2", "be"]
 
 
 def test_a_job_low_on_slack_is_promoted_then_late() -> None:
     short_slo, long_slo = _job("short", 5, ttft_s=20), _job("long", 50, ttft_s=10)
-    queue = _queue(short_slo, long_slo)
-    assert queue.peek(8.0) is short_slo  # policy order while both have slack
-    assert queue.peek(9.0) is long_slo  # 1 s of slack left: promoted
+    urgent_class = _job("urgent", 1, priority=-1)
+    queue = _queue(short_slo, long_slo, urgent_class)
+    assert queue.peek(8.0) is urgent_class  # class first while the long one has slack
+    assert queue.peek(9.0) is long_slo  # 1 s of slack left: promoted, ahead of any class
+    queue.remove(urgent_class)
     assert queue.promotion_due() == 9.0 and queue.expiry_due() == 10.0
     assert queue.expire(9.5) == []
     assert queue.expire(10.0) == [long_slo]  # it can no longer make it

@@ -1,14 +1,23 @@
 """Forecasts of when work will start and end, for admission under latency objectives, the
 predicted-latency response headers and the per-executor predicted TTFT a router reads.
 
+Admission learns its own error: each accepted job with a TTFT objective is promised a start;
+when it starts (or turns late) the difference is one sample, and the MARGIN_QUANTILE of the
+last ERROR_WINDOW samples is added to every new forecast (0 until MIN_ERRORS were seen),
+so that the jobs accepted meet their objective at that rate whatever the predictions' and
+the clock's errors.
+
 Read-only over the core's state (the waiting set, the lanes, the estimates): called from
 the core's loop and from the HTTP handlers on the same event loop, it changes nothing.
 """
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
 
 from daemon.core import slo
 from daemon.core.estimates import Estimates
@@ -16,6 +25,11 @@ from daemon.core.job import Job
 from daemon.core.lanes import Lane
 from daemon.core.ports import QueueFull, SloUnreachable
 from daemon.core.waitqueue import WaitQueue
+
+MARGIN_QUANTILE = 95  # percentile of admission's start errors it adds to each forecast
+ERROR_WINDOW = 256  # most recent start errors it reads
+MIN_ERRORS = 8  # errors before the margin is used
+_MAX_PROMISES = 4096  # promises kept (a job that ends unstarted leaves one behind)
 
 
 class Forecaster:
@@ -25,6 +39,9 @@ class Forecaster:
         self.lanes = lanes
         self.estimates = estimates
         self.now = now
+        self.margin_s = 0.0  # what admission adds to every forecast start (learned)
+        self._promised: dict[str, float] = {}  # accepted job id -> forecast start (loop time)
+        self._errors: collections.deque[float] = collections.deque(maxlen=ERROR_WINDOW)
 
     def _service_s(self, job: Job) -> float:
         """A job's predicted service; the typical one while it has no prediction yet."""
@@ -51,9 +68,10 @@ class Forecaster:
         (arrived, not yet queued) of its class or a more urgent one."""
         mine = (WaitQueue.rank(job), slo.latest_start(job, self.estimates.policy) or math.inf)
         waiting, now = self.waiting, self.now()
-        ahead = sorted((rank, key, other) for rank, key, other in waiting.keyed()
-                       if (rank, key) <= mine or waiting.deadline(other) <= now)
-        return [other for *_, other in ahead] + [
+        ahead = sorted((((rank, key), other) for rank, key, other in waiting.keyed()
+                        if (rank, key) <= mine or waiting.deadline(other) <= now),
+                       key=lambda entry: entry[0])
+        return [other for _, other in ahead] + [
             other for other in pending if other.priority <= job.priority]
 
     def admit(self, job: Job, pending: Iterable[Job], queued: int, max_waiting: int,
@@ -62,9 +80,14 @@ class Forecaster:
         yet queued) and `shedding` ids already named to be shed: SloUnreachable when it
         cannot meet its objective; QueueFull at max_waiting unless a sheddable job of a
         less urgent class gives up its room (its id is returned and added to `shedding`)."""
-        refusal = self.refusal(job, pending)
-        if refusal is not None:
-            raise SloUnreachable(refusal)
+        if job.on_time:
+            start = self.start_s(job, pending)
+            refusal = slo.refusal(job, start, self.estimates.policy, self.decode_step_s())
+            if refusal is not None:
+                raise SloUnreachable(refusal)
+            self._promised[job.job_id] = job.arrival_time + start - self.margin_s
+            if len(self._promised) > _MAX_PROMISES:
+                del self._promised[next(iter(self._promised))]  # the oldest
         if queued - len(shedding) < max_waiting:
             return None
         victim = self.sheddable_for(job, shedding)
@@ -79,8 +102,23 @@ class Forecaster:
         or it has none."""
         if job.slo is None:
             return None
-        start = self.now() - job.arrival_time + self._start_in(self.ahead_of(job, pending))
-        return slo.refusal(job, start, self.estimates.policy, self.decode_step_s())
+        return slo.refusal(job, self.start_s(job, pending), self.estimates.policy,
+                           self.decode_step_s())
+
+    def start_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
+        """When a new job with an objective would start, in seconds after its arrival: the
+        time since, the forecast from the jobs ahead of it, and the learned margin."""
+        ahead = self.ahead_of(job, pending)
+        return self.now() - job.arrival_time + self._start_in(ahead) + self.margin_s
+
+    def started(self, job_id: str, now: float) -> None:
+        """A job admission promised a start to started (or turned late) at `now`."""
+        promised = self._promised.pop(job_id, None)
+        if promised is None:
+            return
+        self._errors.append(now - promised)
+        if len(self._errors) >= MIN_ERRORS:
+            self.margin_s = max(float(np.percentile(self._errors, MARGIN_QUANTILE)), 0.0)
 
     def decode_step_s(self) -> float:
         """A decode step of a full batch under the current clock."""

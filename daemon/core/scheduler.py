@@ -8,8 +8,7 @@ asks the policy. After the events at hand it runs one decision round when someth
 (or a timer is due: aging's next promotion, a round the policy asked for): launch what fits,
 preempt what pays. Decisions leave as commands on the executors' queues.
 
-Pure asyncio: no engine, HTTP, config tree or concrete policy (daemon.service wires it).
-"""
+Pure asyncio: no engine, HTTP, config tree or concrete policy (daemon.service wires it)."""
 
 from __future__ import annotations
 
@@ -293,6 +292,7 @@ class Scheduler:
     def dispatch(self) -> None:
         """One decision round: launch what fits, preempt what pays, let the policy review."""
         for job in self.waiting.expire(self.now()):  # on-time jobs that became late
+            self.forecast.started(job.job_id, self.now())  # not yet, but its error is known
             if job.slo is not None and job.slo.sheddable and self.waiting.remove(job):
                 self._shed(job, "rejected-ttl-expired", "it can no longer meet its objective")
             else:  # it waits on as best effort
@@ -312,11 +312,11 @@ class Scheduler:
         self._policy_wakeup = self.policy.after_round(ctx)
 
     def _launch(self, job: Job, lane: Lane) -> None:
-        kv_tokens = self.estimates.footprint(job)
-        command = decisions.launch(job, lane, self.policy, self.now(), kv_tokens,
-                                   self._streams[job.job_id])
+        kv_tokens, stream = self.estimates.footprint(job), self._streams[job.job_id]
+        lane.commands.put_nowait(decisions.launch(job, lane, self.policy, self.now(), kv_tokens,
+                                                  stream))
         self.estimates.launched(kv_tokens)
-        lane.commands.put_nowait(command)
+        self.forecast.started(job.job_id, self.now())
 
     def _preempt(self, job: Job, ctx: DispatchContext) -> None:
         """Stop the job at its next token boundary, with the policy's word on where its KV

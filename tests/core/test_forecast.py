@@ -10,6 +10,7 @@ import pytest
 
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Event
+from daemon.core.forecast import MIN_ERRORS
 from daemon.core.job import Job, SamplingSpec, Slo
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
@@ -87,3 +88,18 @@ async def test_only_a_less_urgent_sheddable_job_gives_up_its_room() -> None:
     assert core.forecast.sheddable_for(_job("x", 1, now), set()) is newer
     assert core.forecast.sheddable_for(_job("x", 1, now), {"new"}) is older
     assert core.forecast.sheddable_for(_job("x", 1, now, priority=5), set()) is None
+
+
+@pytest.mark.asyncio
+async def test_admission_adds_the_start_errors_it_has_seen() -> None:
+    core = _core()
+    forecast = core.forecast
+    now = core.now()
+    for k in range(MIN_ERRORS):  # each promised a start now, each started 0.5 s late
+        job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=1.0))
+        assert forecast.admit(job, [], 0, 10, set()) is None
+        forecast.started(job.job_id, now + 0.5)
+    assert forecast.margin_s == pytest.approx(0.5, abs=0.01)
+    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.6))) is None
+    refusal = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.4)))
+    assert refusal is not None and refusal.predicted_s == pytest.approx(0.5, abs=0.02)

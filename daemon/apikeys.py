@@ -7,7 +7,7 @@ comment:
     sk-77aa01...  name=ops         priority=-100..100
     sk-0b5e22...  name=prometheus  scope=monitoring
 
-A key without `priority=` may use 0..limits.priority_max only: lower (more urgent) classes
+A key without `priority=` may use 0..max of limits.priority_range only: lower (more urgent) classes
 need a key that names them. `scope` is `api` (the /v1 endpoints, the default), `monitoring`
 (/metrics and /health when `server.protect_monitoring` is on) or `all`.
 """
@@ -30,7 +30,7 @@ class KeyFileError(ValueError):
 
 class ApiKey(msgspec.Struct, frozen=True):
     name: str
-    # Allowed request priorities; None = the default range (0..limits.priority_max).
+    # Allowed request priorities; None = the default range (0..max of limits.priority_range).
     priority_range: tuple[int, int] | None = None
     scope: Scope = "api"
 

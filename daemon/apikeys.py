@@ -7,7 +7,7 @@ One key per line, then optional `name=`, `priority=MIN..MAX`, `scope=` and laten
     sk-77aa01...  name=ops         priority=-100..100  ttft_ms=500 tpot_ms=50
     sk-0b5e22...  name=prometheus  scope=monitoring
 
-A key without `priority=` may use 0..limits.priority_max only: lower (more urgent) classes
+A key without `priority=` may use 0..max of limits.priority_range only: lower (more urgent) classes
 need a key that names them. `scope` is `api` (the /v1 endpoints, the default), `monitoring`
 (/metrics and /health when `server.protect_monitoring` is on) or `all`. The objective is the
 default of the key's requests (a request's x-llm-d-slo-* headers win: daemon/http/slo.py).
@@ -43,7 +43,7 @@ class KeyFileError(ValueError):
 
 class ApiKey(msgspec.Struct, frozen=True):
     name: str
-    # Allowed request priorities; None = the default range (0..limits.priority_max).
+    # Allowed request priorities; None = the default range (0..max of limits.priority_range).
     priority_range: tuple[int, int] | None = None
     scope: Scope = "api"
     objective: Objective | None = None  # default latency objective of its requests

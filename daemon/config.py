@@ -83,6 +83,10 @@ class ModelConfig(_Section, frozen=True):
     path: str = "models/smollm2-135m-instruct"
     # The name clients send as `model`; empty means the folder's base name.
     served_name: str = ""
+    # vLLM's tool parser (its --tool-call-parser: "hermes", "llama3_json", "mistral", ...)
+    # that reads tool calls out of the model's text for `tool_choice: "auto"`; "" = none
+    # ("auto" answers in plain text; named and "required" tool choice work without one).
+    tool_call_parser: str = ""
     # Context length in tokens (prompt + output); 0 means the model's own limit.
     max_model_len: Annotated[int, _NonNegative] = 2048
 
@@ -111,10 +115,17 @@ class LimitsConfig(_Section, frozen=True):
     default_max_tokens: Annotated[int, _NonNegative] = 0
     # Seconds SIGTERM lets running and waiting jobs finish before they are aborted.
     drain_timeout_s: Annotated[float, _NonNegative] = 30.0
-    # Range of the request field `priority` (lower = more urgent, a class ahead of every
-    # job of a higher value); anything outside gets a 400.
-    priority_min: int = -100
-    priority_max: int = 100
+    # Range [min, max] of the request field `priority` (lower = more urgent, a class ahead
+    # of every job of a higher value); anything outside gets a 400.
+    priority_range: tuple[int, int] = (-100, 100)
+
+    @property
+    def priority_min(self) -> int:
+        return self.priority_range[0]
+
+    @property
+    def priority_max(self) -> int:
+        return self.priority_range[1]
 
 
 class SloConfig(_Section, frozen=True):
@@ -229,7 +240,7 @@ def validate(config: Config, source: str) -> None:
     if aging.min_wait_s > aging.promote_after_s:
         problems.append("scheduler.aging.min_wait_s must be <= promote_after_s")
     if config.limits.priority_min > config.limits.priority_max:
-        problems.append("limits.priority_min must be <= limits.priority_max")
+        problems.append("limits.priority_range must be [min, max] with min <= max")
     problems += [f"slo.classes.{name}: a class is a request priority (an integer)"
                  for name in config.slo.classes if not re.fullmatch(r"-?\d+", name)]
     problems += [f"engine.vllm_args.{name}: set by lengthwise, not here (etc/lengthwise.toml)"

@@ -135,10 +135,17 @@ class Service:
                    sampling=sampling, arrival_time=self.scheduler.now(), priority=priority,
                    messages=messages or [], slo=slo)
 
+    def check_sampling(self, spec: SamplingSpec) -> None:
+        """Raise ValueError (with `param` naming the field, where the engine says) when the
+        engines would refuse `spec` (vLLM's own checks), before a job exists."""
+        for executor in self.executors:
+            executor.check_sampling(spec)
+
     def submit(self, job: Job) -> OutputStream:
         """Hand a new job to the core; its output comes on the stream returned. Refused at
         once with NotAccepting (503) or QueueFull (429)."""
-        stream = OutputStream(job.sampling.stop, job.sampling.min_tokens)
+        stream = OutputStream(job.sampling.stop, job.sampling.min_tokens,
+                              job.sampling.include_stop_str_in_output)
         self.scheduler.submit(job, stream)
         return stream
 

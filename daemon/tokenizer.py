@@ -15,18 +15,35 @@ class Tokenizer:
 
         self._tok: Any = AutoTokenizer.from_pretrained(model_path)
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+    def render_chat(self, messages: list[dict[str, Any]], *,
+                    add_generation_prompt: bool = True, continue_final_message: bool = False,
+                    tools: list[dict[str, Any]] | None = None,
+                    documents: list[dict[str, str]] | None = None,
+                    template_kwargs: dict[str, Any] | None = None) -> str:
+        """The chat template's text for `messages` (vLLM's chat options)."""
         try:
-            ids = self._tok.apply_chat_template(messages, add_generation_prompt=True,
-                                                tokenize=True)
+            text = self._tok.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message, tools=tools,
+                documents=documents, **(template_kwargs or {}))
         except Exception as exc:  # noqa: BLE001 - jinja raises many types for refused messages
             raise TemplateError(f"chat template rejected the messages: {exc}") from None
-        if not isinstance(ids, list):  # some versions return a BatchEncoding
-            ids = ids["input_ids"]
-        return [int(i) for i in ids]
+        return str(text)
 
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=False))
+    def encode_chat(self, messages: list[dict[str, Any]], *, add_special_tokens: bool = False,
+                    **options: Any) -> list[int]:
+        """Prompt ids for `messages`: the template's text, tokenized (special tokens added
+        only when asked: the template writes its own, as in vLLM)."""
+        return self.encode(self.render_chat(messages, **options), add_special_tokens)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
+
+    def token_strs(self, token_ids: list[int]) -> list[str]:
+        return [str(t) for t in self._tok.convert_ids_to_tokens(token_ids)]
+
+    def decode_one(self, token_id: int) -> str:
+        return str(self._tok.decode([token_id]))
 
     def decode(self, token_ids: list[int]) -> str:
         return str(self._tok.decode(token_ids, skip_special_tokens=True))

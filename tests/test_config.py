@@ -71,7 +71,7 @@ def test_shipped_file_has_at_most_45_keys_each_commented() -> None:
     ("[kvstore]\nquantization = 'fp8'\n", "kvstore.quantization = 'fp8': Invalid enum value"),
     ("[kvstore]\ncapacity_bytes = -1\n", "kvstore.capacity_bytes = -1: Expected `int` >= 0"),
     ("[predictor]\nthreads = 0\n", "predictor.threads = 0: Expected `int` >= 1"),
-    ("[limits]\npriority_min = 5\npriority_max = 1\n", "limits.priority_min must be <="),
+    ("[limits]\npriority_range = [5, 1]\n", "limits.priority_range must be [min, max]"),
     ("[log]\nlevel = 'loud'\n", "log.level = 'loud': Invalid enum value"),
     ("[slo]\nclasses = { gold = { ttft_ms = 1 } }\n", "slo.classes.gold: a class is a request"),
     ("[slo]\nclasses = { 0 = { ttft_ms = -1 } }\n", "slo.classes[...].ttft_ms: Expected `float` > 0"),

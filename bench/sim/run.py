@@ -25,7 +25,7 @@ from daemon.core.costmodel import CostModel
 from daemon.core.events import Event
 from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.scheduler import Scheduler
-from daemon.core.stream import OutputStream
+from daemon.core.stream import OutputStream, Position
 from daemon.executors.settings import SimConfig
 from daemon.executors.sim import SimExecutor
 from daemon.executors.virtualclock import VirtualClockLoop
@@ -63,7 +63,8 @@ class NullStream(OutputStream):
     """Nobody reads simulated tokens: drop them instead of piling them up (no stop strings
     in simulated requests)."""
 
-    def push(self, text: str, token_ids: list[int]) -> bool:
+    def push(self, text: str, token_ids: list[int],
+             logprobs: list[Position] | None = None) -> bool:
         return False
 
 

@@ -37,18 +37,54 @@ class KVResidency(enum.IntEnum):
     DROP = 3  # let the engine evict it: resume recomputes prompt + generated tokens
 
 
+class StructuredSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A grammar the answer must follow (vLLM's StructuredOutputsParams): exactly one of
+    json (a JSON schema, as JSON text), regex, choice, grammar, json_object, structural_tag."""
+
+    json: str | None = None
+    regex: str | None = None
+    choice: tuple[str, ...] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    structural_tag: str | None = None
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
+
+
 class SamplingSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """What the engine needs to generate; crosses into the executors."""
+    """What the engine needs to generate; crosses into the executors. The fields beyond
+    max_tokens mean what vLLM's SamplingParams fields of the same name mean."""
 
     max_tokens: int  # output cap in tokens, already resolved against the context length
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  # 0 (or -1) = off
+    min_p: float = 0.0
     stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
     seed: int | None = None
     ignore_eos: bool = False
     min_tokens: int = 0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # over prompt and output tokens (a resume keeps it)
+    logprobs: int | None = None  # top logprobs per output token (-1: whole vocabulary)
+    logprob_token_ids: tuple[int, ...] | None = None  # logprobs of these ids instead
+    prompt_logprobs: int | None = None  # per prompt token; the first dispatch only
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    allowed_token_ids: tuple[int, ...] | None = None
+    bad_words: tuple[str, ...] = ()
+    structured: StructuredSpec | None = None
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    thinking_token_budget: int | None = None
+    repetition_detection: dict[str, int] | None = None  # vLLM's RepetitionDetectionParams
+    watermarking: bool | None = None
+    cache_salt: str | None = None  # salts the engine's prefix cache for this request
+    # vLLM's extra_args (vllm_xargs, kv_transfer_params): for custom engine extensions.
+    extra_args: dict[str, object] | None = None
 
 
 class Slo(msgspec.Struct, frozen=True, kw_only=True):
@@ -165,10 +201,25 @@ class Job:
 
     @property
     def resumes_exactly(self) -> bool:
-        """False for a seeded random sample: vLLM's per-request generator restarts from the
-        seed when a job resumes, so the continuation would differ from an uninterrupted
-        run's. Such a job is never preempted nor sliced (an engine failure still cuts it)."""
-        return self.sampling.seed is None or self.sampling.temperature < _GREEDY_TEMPERATURE
+        """Whether a preempted job's continuation equals an uninterrupted run's. Not for a
+        seeded random sample (vLLM's per-request generator restarts from the seed when a
+        job resumes), a grammar-constrained answer (the grammar would restart at the
+        resume point), multi-token bad words (a word begun before the cut would be
+        missed), repetition detection or a thinking budget (they count output tokens
+        only). Such a job is never preempted nor sliced; see `resumable` for engine
+        failures."""
+        spec = self.sampling
+        if spec.seed is not None and spec.temperature >= _GREEDY_TEMPERATURE:
+            return False
+        return (spec.structured is None and not spec.bad_words
+                and spec.repetition_detection is None and spec.thinking_token_budget is None)
+
+    @property
+    def resumable(self) -> bool:
+        """Whether the job can go on at all after its engine cut it (an engine failure):
+        a grammar-constrained answer cannot (the grammar cannot start mid-answer), unless
+        it has no output yet; others resume, exactly or as a different sample."""
+        return self.sampling.structured is None or not self.generated_token_ids
 
     @property
     def on_time(self) -> bool:

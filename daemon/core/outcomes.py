@@ -40,6 +40,10 @@ def of_stop(job: Job, event: Stopped, stats: LaneStats) -> Ending | None:
     if event.finish_reason == "abort":  # the engine dropped it by itself
         stats.jobs_failed += 1
         return Ending(JobStatus.FAILED, None, "engine aborted the request")
+    if not job.resumable:  # cut by an engine failure (it is never preempted)
+        stats.jobs_failed += 1
+        return Ending(JobStatus.FAILED, None, "the engine failed mid-answer and a "
+                      "grammar-constrained answer cannot resume")
     if job.stop_request is StopRequest.PREEMPT:
         job.num_preemptions += 1
         stats.preemptions += 1

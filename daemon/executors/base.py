@@ -47,7 +47,8 @@ from daemon.core.events import (
     Stopped,
     Tokens,
 )
-from daemon.core.job import StopRequest
+from daemon.core.job import SamplingSpec, StopRequest
+from daemon.core.stream import Position
 
 log = logging.getLogger(__name__)
 
@@ -179,9 +180,11 @@ class Executor(abc.ABC):
             self.name, run.job_id,
             len(launch.prompt_token_ids) + len(launch.generated_token_ids), cached_tokens))
 
-    def _emit(self, run: Run, text: str, token_ids: list[int]) -> bool:
-        """New output of a run, in order: to its stream now, to the core with its step.
-        True: a stop string ended the job; stop generating and report "stop"."""
+    def _emit(self, run: Run, text: str, token_ids: list[int],
+              logprobs: list[Position] | None = None) -> bool:
+        """New output of a run, in order (`logprobs`: one position per token id, when asked
+        for): to its stream now, to the core with its step. True: a stop string ended the
+        job; stop generating and report "stop"."""
         run.produced += len(token_ids)
         self._tokens += len(token_ids)
         if token_ids:
@@ -189,7 +192,7 @@ class Executor(abc.ABC):
             if not self._flush_pending:  # one Tokens event for everything this step gave
                 self._flush_pending = True
                 asyncio.get_running_loop().call_soon(self._flush)
-        return run.launch.stream.push(text, token_ids)
+        return run.launch.stream.push(text, token_ids, logprobs)
 
     def _flush(self) -> None:
         self._flush_pending = False
@@ -327,6 +330,10 @@ class Executor(abc.ABC):
     async def restart_engine(self) -> None:
         """Replace a failed engine with a fresh, warm one; raise if that fails."""
         raise NotImplementedError(f"executor {self.name} cannot restart its engine")
+
+    def check_sampling(self, spec: SamplingSpec) -> None:
+        """Raise ValueError (with `param` where it can name the field) when this engine
+        would refuse `spec`; the HTTP layer asks before a job exists."""
 
     def capacity(self) -> Capacity | None:
         """What the running engine holds (KV blocks, batch cap); None if it cannot say."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from daemon.core.events import Capacity, Event
 from daemon.core.job import StopRequest
+from daemon.core.stream import Position, TokenLogprob
 from daemon.executors.base import EngineStats, Executor, Run
 from daemon.executors.settings import SIM_KV_BLOCK_TOKENS, EngineConfig, SimConfig
 
@@ -119,17 +120,26 @@ class SimExecutor(Executor):
                            kv_cache_usage=min(held / blocks, 1.0),
                            block_size=SIM_KV_BLOCK_TOKENS, num_gpu_blocks=blocks)
 
+    def _prompt_logprobs(self, run: Run) -> None:
+        """Made-up prompt logprobs (0.0: every token certain) where the job asks for them."""
+        stream, launch = run.launch.stream, run.launch
+        if launch.sampling.prompt_logprobs is not None and stream.prompt_logprobs is None:
+            stream.prompt_logprobs = [None] + [[TokenLogprob(t, 0.0, 1, f" t{t}")]
+                                               for t in launch.prompt_token_ids[1:]]
+
     def _advance(self, seq: _Seq) -> None:
         """One step's token for one sequence; ends its run where it ends."""
         run = seq.run
         if run.produced == 0:
             self._started(run, 0)
+            self._prompt_logprobs(run)
         seq.prefilled = True
         position = len(run.launch.generated_token_ids) + run.produced
         token_id = (seq.seed + 7919 * position) % self.cost.vocab_size
         seq.context_tokens += 1
         finish: str | None = None
-        if self._emit(run, f" t{token_id}", [token_id]) or position + 1 >= seq.natural_len:
+        if self._emit(run, f" t{token_id}", [token_id], _fake_logprobs(run, token_id)) \
+                or position + 1 >= seq.natural_len:
             finish = "stop"
         elif run.produced >= run.launch.max_new_tokens:
             finish = "length"
@@ -137,3 +147,13 @@ class SimExecutor(Executor):
             return
         del self._seqs[run.job_id]
         self._end_run(run, finish)
+
+
+def _fake_logprobs(run: Run, token_id: int) -> list[Position] | None:
+    """The made-up token certain (0.0), then runners-up, where the job asks for logprobs."""
+    wanted = run.launch.sampling.logprobs
+    if wanted is None:
+        return None
+    top = [TokenLogprob(token_id + k, -float(k), k + 1, f" t{token_id + k}")
+           for k in range(1, max(wanted, 0))]
+    return [[TokenLogprob(token_id, 0.0, 1, f" t{token_id}"), *top]]

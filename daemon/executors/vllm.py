@@ -5,7 +5,8 @@ keeps its generated ids, and the next dispatch submits prompt + generated ids wi
 remaining budget. Each dispatch is one private task consuming one engine request's stream. With prefix caching on, the resumed prefill mostly hits cached blocks.
 What makes a resume exact: penalties count the carried tokens (vllm_penalties.py), stop
 strings are checked by the job's output stream over all its text (core/stream.py), seeded
-samples are never preempted (Job.resumes_exactly).
+samples are never preempted (Job.resumes_exactly); the dispatch's SamplingParams and what
+carries over are in vllm_params.py.
 
 With [kvstore] enabled, the engine loads lengthwise's KV connector (kvstore/): every request
 is submitted asking the connector to consult the daemon when it ends, and a job preempted
@@ -31,9 +32,9 @@ from typing import Any
 import msgspec
 
 from daemon.config import Config
-from daemon.core.events import Capacity, Event, Launch
-from daemon.core.job import StopRequest
-from daemon.executors import enginefork, spawn
+from daemon.core.events import Capacity, Event
+from daemon.core.job import SamplingSpec, StopRequest
+from daemon.executors import enginefork, spawn, vllm_params
 from daemon.executors.base import EngineStats, Executor, KVStoreTotals, Run
 from daemon.executors.settings import cpu_cores
 from kvstore import decisions
@@ -239,6 +240,10 @@ class VLLMExecutor(Executor):
             engine, self._engine = self._engine, None
             engine.shutdown()
 
+    def check_sampling(self, spec: SamplingSpec) -> None:
+        if self._engine is not None:
+            vllm_params.check(spec, self._engine)
+
     def capacity(self) -> Capacity | None:
         """The engine's KV blocks (less the one vLLM keeps as its null block) and its
         batch cap, as the engine sized them at start."""
@@ -345,53 +350,32 @@ class VLLMExecutor(Executor):
                               + launch.generated_token_ids)
         request_id = f"{launch.job_id}.{launch.dispatch}"
         transfer = decisions.params(request_id) if self.kvstore_active else None
-        stream = self._engine.generate(prompt, self._sampling_params(launch, transfer),
-                                       request_id, priority=launch.engine_priority)
+        job_stream = launch.stream
+        wants_prompt_logprobs = job_stream.prompt_logprobs is None and \
+            launch.sampling.prompt_logprobs is not None
+        params = vllm_params.for_launch(launch, wants_prompt_logprobs, transfer)
+        stream = self._engine.generate(prompt, params, request_id,
+                                       priority=launch.engine_priority)
         first = True
         async with contextlib.aclosing(stream):
             async for out in stream:
                 if first:
                     self._started(run, int(getattr(out, "num_cached_tokens", 0) or 0))
                     first = False
+                if wants_prompt_logprobs and out.prompt_logprobs:
+                    job_stream.prompt_logprobs = (job_stream.prompt_logprobs or []) + \
+                        vllm_params.positions(out.prompt_logprobs)
                 completion = out.outputs[0]
-                if self._emit(run, completion.text, list(completion.token_ids)):
+                logprobs = vllm_params.positions(completion.logprobs) \
+                    if completion.logprobs is not None else None
+                if self._emit(run, completion.text, list(completion.token_ids),
+                              logprobs):  # type: ignore[arg-type]  # no None positions
                     return "stop", False  # a stop string (the job's stream checks them)
                 if completion.finish_reason is not None:
+                    if completion.stop_reason is not None:  # a stop token id
+                        job_stream.stop_reason = completion.stop_reason
                     return str(completion.finish_reason), False
                 if run.stop is not None:
                     # Closing the generator (aclosing) aborts the request inside vLLM.
                     return None, self._mark_offload(run, request_id)
         return None, False
-
-    @staticmethod
-    def _sampling_params(launch: Launch,
-                         kv_transfer_params: dict[str, str] | None = None) -> Any:
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        from daemon.executors import vllm_penalties
-
-        spec, max_new_tokens = launch.sampling, launch.max_new_tokens
-        # vLLM penalizes output tokens only: a resumed job's earlier tokens are prompt now,
-        # so its penalties move into the logits processor, which counts them too.
-        carried = (launch.generated_token_ids
-                   if spec.presence_penalty or spec.frequency_penalty else [])
-        extra: dict[str, Any] = (vllm_penalties.extra_args(
-            spec.presence_penalty, spec.frequency_penalty, list(carried)) if carried else {})
-        if kv_transfer_params is not None:
-            extra["kv_transfer_params"] = kv_transfer_params  # read by kvstore's connector
-        return SamplingParams(
-            max_tokens=max_new_tokens,
-            temperature=spec.temperature,
-            top_p=spec.top_p,
-            # Stop strings are the job's (across resumes): daemon/core/stream.py.
-            seed=spec.seed,
-            ignore_eos=spec.ignore_eos,
-            # min_tokens counts from this dispatch; only what is still owed applies.
-            min_tokens=max(min(spec.min_tokens - len(launch.generated_token_ids),
-                               max_new_tokens), 0),
-            presence_penalty=0.0 if carried else spec.presence_penalty,
-            frequency_penalty=0.0 if carried else spec.frequency_penalty,
-            extra_args=extra or None,
-            output_kind=RequestOutputKind.DELTA,
-        )

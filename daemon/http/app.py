@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 
 import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -16,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from daemon.http import openapi
+from daemon.http import openapi, tokenize
 from daemon.http.conncap import ConnectionCap
 from daemon.http.errors import ApiError
 from daemon.http.routermetrics import RouterCollector
@@ -73,6 +74,9 @@ def build_app(service: Service) -> Starlette:
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
             Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/tokenize", partial(tokenize.tokenize, service), methods=["POST"]),
+            Route("/detokenize", partial(tokenize.detokenize, service), methods=["POST"]),
+            Route("/version", partial(tokenize.version, service), methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
             Route("/metrics", render_metrics, methods=["GET"]),
             Route("/openapi.json", render_openapi, methods=["GET"]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 from starlette.responses import Response
 
-from daemon.http.schemas import ErrorBody, ErrorInfo
+from daemon.http.responses import ErrorBody, ErrorInfo
 
 
 class ApiError(Exception):

@@ -8,13 +8,20 @@ from typing import Any
 import msgspec
 
 from daemon.config import LimitsConfig
-from daemon.http.schemas import (
+from daemon.http.responses import (
     ChatCompletion,
-    ChatCompletionRequest,
     Completion,
-    CompletionRequest,
+    DetokenizeResult,
     ErrorBody,
     ModelList,
+    TokenizeResult,
+    Version,
+)
+from daemon.http.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
 )
 
 _REF = "#/components/schemas/{name}"
@@ -49,6 +56,12 @@ def _post(request: str, ok: str) -> dict[str, Any]:
         "responses": _responses(ok, stream=True)}}
 
 
+def _post_json(request: str, ok: str) -> dict[str, Any]:
+    return {"post": {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": _ref(request)}}},
+        "responses": _responses(ok, stream=False)}}
+
+
 def _get(ok: str | None) -> dict[str, Any]:
     content = {"application/json": {"schema": _ref(ok) if ok else {"type": "object"}}}
     return {"get": {"responses": {"200": {"description": "OK", "content": content},
@@ -59,15 +72,17 @@ def document(model_name: str, limits: LimitsConfig) -> dict[str, Any]:
     """The whole document; `model` and `priority` as this server's config allows them."""
     _, components = msgspec.json.schema_components(
         [ChatCompletionRequest, CompletionRequest, ChatCompletion, Completion, ModelList,
-         ErrorBody], ref_template=_REF)
+         ErrorBody, TokenizeRequest, TokenizeResult, DetokenizeRequest, DetokenizeResult,
+         Version], ref_template=_REF)
     for name in ("ChatCompletionRequest", "CompletionRequest"):
         fields = components[name]["properties"]
         fields["model"] = {"type": "string", "enum": [model_name]}
         fields["priority"] = {"type": "integer", "default": 0, "minimum": limits.priority_min,
                               "maximum": limits.priority_max}
     for schema in components.values():  # unknown request fields are refused
-        if schema.get("type") == "object" and schema["title"].endswith(("Request", "Message",
-                                                                       "Options")):
+        if schema.get("type") == "object" and schema["title"].endswith((
+                "Request", "Message", "Options", "Tool", "ToolChoice", "Outputs",
+                "Detection")):
             schema["additionalProperties"] = False
     return {
         "openapi": "3.1.0",
@@ -78,6 +93,9 @@ def document(model_name: str, limits: LimitsConfig) -> dict[str, Any]:
             "/v1/chat/completions": _post("ChatCompletionRequest", "ChatCompletion"),
             "/v1/completions": _post("CompletionRequest", "Completion"),
             "/v1/models": _get("ModelList"),
+            "/tokenize": _post_json("TokenizeRequest", "TokenizeResult"),
+            "/detokenize": _post_json("DetokenizeRequest", "DetokenizeResult"),
+            "/version": _get("Version"),
             "/health": _get(None),
         },
         "components": {"schemas": components},

@@ -8,35 +8,32 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from typing import Any
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from daemon.apikeys import ApiKey
+from daemon.core.job import SamplingSpec
 from daemon.core.scheduler import NotAccepting, QueueFull, SloUnreachable
-from daemon.core.stream import JobEnd, OutputStream, TokenDelta
-from daemon.http import slo, translate
+from daemon.core.stream import JobEnd, TokenDelta
+from daemon.http import chat, render, slo, tools, translate
+from daemon.http import logprobs as lp
 from daemon.http.auth import authorize
 from daemon.http.errors import ApiError
-from daemon.http.schemas import (
-    ChatChoice,
-    ChatChunkChoice,
+from daemon.http.render import Answer, Choice, Options, Prompt
+from daemon.http.responses import (
     ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    ChatMessageOut,
     Completion,
-    CompletionChoice,
-    CompletionRequest,
-    Delta,
-    ErrorBody,
-    ErrorInfo,
     ModelCard,
     ModelList,
+)
+from daemon.http.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
     SamplingFields,
-    Usage,
 )
 from daemon.service import Service
 from daemon.tokenizer import TemplateError
@@ -48,48 +45,13 @@ def _json(obj: object, status: int = 200, headers: dict[str, str] | None = None)
     return Response(msgspec.json.encode(obj), status, headers, media_type="application/json")
 
 
-def _sse(obj: object) -> bytes:
-    return b"data: " + msgspec.json.encode(obj) + b"\n\n"
-
-
-def _error_event(message: str) -> bytes:
-    """A job that failed mid-stream: an OpenAI error object as the last data event."""
-    return _sse(ErrorBody(ErrorInfo(message, "server_error")))
-
-
-class _Answer:
-    """One admitted request as the response sees it: its id, prompt size and output."""
-
-    __slots__ = ("headers", "job_id", "num_prompt_tokens", "stream")
-
-    def __init__(self, job_id: str, num_prompt_tokens: int, stream: OutputStream,
-                 predicted: float | None) -> None:
-        self.job_id = job_id
-        self.num_prompt_tokens = num_prompt_tokens
-        self.stream = stream
-        self.headers = {"x-request-id": job_id}
-        if predicted is not None:
-            self.headers["x-lengthwise-predicted-tokens"] = f"{predicted:.0f}"
-
-    def usage(self) -> Usage:
-        out = self.stream.num_tokens
-        return Usage(self.num_prompt_tokens, out, self.num_prompt_tokens + out)
-
-    async def outputs(self) -> AsyncIterator[TokenDelta | JobEnd]:
-        while True:
-            item = await self.stream.next()
-            yield item
-            if isinstance(item, JobEnd):
-                return
-
-
 class Routes:
     def __init__(self, service: Service) -> None:
         self.service = service
 
     # ---- admission ----------------------------------------------------------------------
 
-    async def _read(self, request: Request, kind: type[msgspec.Struct]) -> msgspec.Struct:
+    async def _read(self, request: Request, kind: type[msgspec.Struct]) -> Any:
         limit = self.service.config.server.max_body_bytes
         if int(request.headers.get("content-length") or 0) > limit:
             raise ApiError(413, f"request body exceeds {limit} bytes")
@@ -99,16 +61,16 @@ class Routes:
             if size > limit:
                 raise ApiError(413, f"request body exceeds {limit} bytes")
             chunks.append(chunk)
-        req: msgspec.Struct = translate.decode_body(b"".join(chunks), kind)
-        return req
+        return translate.decode_body(b"".join(chunks), kind)
 
-    def _check_model(self, name: str) -> None:
+    def _check_model(self, name: str | None) -> None:
         served = self.service.config.model.name
-        if name != served:
+        if name is not None and name != served:
             raise translate.unknown_model(name, served)
 
     def _check_priority(self, priority: int, key: ApiKey | None) -> None:
         """Keys without a range of their own may not ask for a more urgent class than 0."""
+        translate.check_priority(priority, self.service.config.limits)
         if key is None:
             return
         limits = self.service.config.limits
@@ -117,169 +79,222 @@ class Routes:
             raise ApiError(403, f"key {key.name!r} may use priority {low}..{high} only",
                            "permission_error", "priority")
 
-    async def _admit(self, req: SamplingFields, prompt: list[int], requested_max: int | None,
-                     prefix: str, messages: list[dict[str, str]], key: ApiKey | None,
-                     request: Request) -> _Answer:
+    def _check_sampling(self, spec: SamplingSpec) -> None:
+        translate.check_engine_limits(spec, self.service.tokenizer.vocab_size)
+        try:
+            self.service.check_sampling(spec)
+        except ValueError as exc:
+            raise translate.bad_request(str(exc), getattr(exc, "param", None)) from None
+
+    async def _admit(self, req: SamplingFields, prompts: list[Prompt], prefix: str,
+                     key: ApiKey | None, spec_for: Any, request: Request) -> Answer:
+        """Jobs for every prompt x n choices, all or none."""
         svc = self.service
         if not svc.ready:
             raise ApiError(503, "the server is starting; retry shortly", "server_error",
                            retry_after_s=svc.retry_after_s())
-        sampling = translate.sampling_spec(req, requested_max, len(prompt), svc.max_model_len,
-                                           svc.config.limits)
         self._check_priority(req.priority, key)
+        specs = [spec_for(p) for p in prompts]
+        for spec in dict.fromkeys(specs):
+            self._check_sampling(spec)
+        n = req.n or 1
         objective = slo.objective(request.headers, req.priority, key, svc.config.slo.classes)
+        jobs = []
+        for p, spec in zip(prompts, specs, strict=True):
+            for k in range(n):
+                # n samples of one prompt: seed + k each, as vLLM's parallel sampling
+                child = spec if k == 0 or spec.seed is None else \
+                    msgspec.structs.replace(spec, seed=spec.seed + k)
+                jobs.append((p, svc.new_job(p.ids, child, req.priority, prefix, p.messages,
+                                            objective)))
+        choices: list[Choice] = []
         try:
-            job = svc.new_job(prompt, sampling, req.priority, prefix, messages, objective)
-            stream = svc.submit(job)
-        except NotAccepting as exc:
-            raise ApiError(503, f"{exc}", "server_error",
-                           retry_after_s=svc.retry_after_s()) from None
-        except SloUnreachable as exc:
-            svc.metrics.slo.refused(req.priority)
-            raise slo.refused(exc) from None
-        except QueueFull as exc:
+            for index, (p, job) in enumerate(jobs):
+                choices.append(Choice(index, job.job_id, svc.submit(job), p.ids, p.text))
+        except (NotAccepting, QueueFull, SloUnreachable) as exc:
+            for c in choices:
+                svc.scheduler.cancel(c.job_id)
+            if isinstance(exc, NotAccepting):
+                raise ApiError(503, f"{exc}", "server_error",
+                               retry_after_s=svc.retry_after_s()) from None
+            if isinstance(exc, SloUnreachable):
+                svc.metrics.slo.refused(req.priority)
+                raise slo.refused(exc) from None
             err = ApiError(429, f"server overloaded: {exc}; retry later", "rate_limit_error",
                            retry_after_s=svc.retry_after_s())
             err.headers[slo.DROPPED_HEADER] = slo.SATURATED
             raise err from None
         try:  # the headers carry the prediction, which the core asks for at once
-            predicted = await stream.prediction()
+            predicted = await choices[0].stream.prediction()
         except BaseException:  # the client left meanwhile
-            svc.scheduler.cancel(job.job_id)
+            for c in choices:
+                svc.scheduler.cancel(c.job_id)
             raise
-        answer = _Answer(job.job_id, job.num_prompt_tokens, stream, predicted)
-        answer.headers.update(slo.latency_headers(svc.scheduler.forecast.latency(job)))
+        answer_id = f"{prefix}-{req.request_id}" if req.request_id else choices[0].job_id
+        answer = Answer(answer_id, choices, predicted)
+        answer.headers.update(slo.latency_headers(svc.scheduler.forecast.latency(jobs[0][1])))
         return answer
 
-    async def _abort_on_disconnect(self, request: Request, answer: _Answer) -> None:
+    def _cancel_rest(self, answer: Answer) -> None:
+        answer.cancel_rest(self.service.scheduler)
+
+    async def _abort_on_disconnect(self, request: Request, answer: Answer) -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
-        self.service.scheduler.cancel(answer.job_id)
+        self._cancel_rest(answer)
 
-    async def _collect(self, request: Request, answer: _Answer) -> tuple[str, JobEnd]:
-        """Whole answer for a non-streaming request; a client that leaves aborts the job."""
+    async def _collect(self, request: Request, answer: Answer) -> None:
+        """Whole answer for a non-streaming request; a client that leaves aborts the jobs."""
         watcher = asyncio.create_task(self._abort_on_disconnect(request, answer))
-        pieces: list[str] = []
         try:
-            async for item in answer.outputs():
-                if isinstance(item, JobEnd):
-                    if item.finish_reason == "shed":
-                        raise slo.dropped(item, self.service.retry_after_s())
-                    if item.error is not None and self.service.failed.is_set():
-                        raise ApiError(503, item.error, "server_error",
-                                       retry_after_s=self.service.retry_after_s())
-                    if item.error is not None:
-                        raise ApiError(500, item.error, "server_error")
-                    return "".join(pieces), item
-                pieces.append(item.text)
+            async for choice, item in answer.outputs():
+                if isinstance(item, TokenDelta):
+                    choice.take(item)
+                    continue
+                choice.end = item
+                if item.finish_reason == "shed":
+                    raise slo.dropped(item, self.service.retry_after_s())
+                if item.error is not None and self.service.failed.is_set():
+                    raise ApiError(503, item.error, "server_error",
+                                   retry_after_s=self.service.retry_after_s())
+                if item.error is not None:
+                    raise ApiError(500, item.error, "server_error")
         finally:
             watcher.cancel()
-            if not answer.stream.ended:
-                self.service.scheduler.cancel(answer.job_id)
-        raise AssertionError("output stream ended without JobEnd")
+            self._cancel_rest(answer)
+
+    def _shape(self, top: int | None, req: SamplingFields) -> lp.Shape | None:
+        if top is None and not req.logprob_token_ids:
+            return None
+        tok = self.service.tokenizer
+        return lp.Shape(top if top is not None else 0, bool(req.return_tokens_as_token_ids),
+                        tok.decode_one, bool(req.logprob_token_ids))
+
+    def _options(self, req: SamplingFields, top: int | None, echo: bool) -> Options:
+        so = req.stream_options
+        include = bool(req.stream and so is not None and so.include_usage)
+        return Options(req.model or self.service.config.model.name, self._shape(top, req),
+                       echo=echo, echo_only=echo and req.max_tokens == 0,
+                       return_token_ids=bool(req.return_token_ids), include_usage=include,
+                       continuous_usage=include and bool(so and so.continuous_usage_stats))
+
+    def _spec(self, req: SamplingFields, p: Prompt, max_new: int, top: int | None,
+              echo: bool, tool_schema: str | None = None) -> SamplingSpec:
+        prompt_lp = req.prompt_logprobs
+        if prompt_lp is None and echo and top is not None:
+            prompt_lp = top
+        return translate.sampling_spec(req, max_new, logprobs=top, prompt_logprobs=prompt_lp,
+                                       tool_schema=tool_schema)
 
     # ---- endpoints ----------------------------------------------------------------------
 
     async def chat_completions(self, request: Request) -> Response:
         key = authorize(self.service.keys, request, "api")
-        req = await self._read(request, ChatCompletionRequest)
-        assert isinstance(req, ChatCompletionRequest)
+        req: ChatCompletionRequest = await self._read(request, ChatCompletionRequest)
         self._check_model(req.model)
-        messages = translate.chat_messages(req)
+        svc = self.service
+        chosen = chat.check(req, svc.config.model.tool_call_parser)
+        template, plain = translate.chat_messages(req)
         try:
-            prompt = await asyncio.to_thread(self.service.tokenizer.encode_chat, messages)
+            ids = await asyncio.to_thread(svc.tokenizer.encode_chat, template,
+                                          add_special_tokens=bool(req.add_special_tokens),
+                                          **chat.template_options(req))
         except TemplateError as exc:
             raise translate.bad_request(str(exc), "messages") from None
+        ids = translate.truncate(ids, req.truncate_prompt_tokens, req.truncation_side)
+        top = (req.top_logprobs or 0) if req.logprobs else None
         requested = req.max_completion_tokens if req.max_completion_tokens is not None \
             else req.max_tokens
-        answer = await self._admit(req, prompt, requested, "chatcmpl", messages, key, request)
+        schema = tools.schema(req, chosen)
+
+        def spec_for(p: Prompt) -> SamplingSpec:
+            max_new = translate.max_tokens(requested, None, len(p.ids), svc.max_model_len,
+                                           svc.config.limits)
+            return self._spec(req, p, max_new, top, bool(req.echo), schema)
+
+        answer = await self._admit(req, [Prompt(ids, "", plain)], "chatcmpl", key, spec_for,
+                                   request)
+        opts = self._options(req, top, False)
+        echo = chat.echo_text(req)
         if req.stream:
-            return StreamingResponse(self._chat_stream(answer, req),
+            return StreamingResponse(chat.stream(answer, opts, chosen, echo, svc.scheduler),
                                      media_type="text/event-stream",
                                      headers={**_SSE_HEADERS, **answer.headers})
-        text, end = await self._collect(request, answer)
-        body = ChatCompletion(id=answer.job_id, created=int(time.time()), model=req.model,
-                              choices=[ChatChoice(0, ChatMessageOut("assistant", text),
-                                                  end.finish_reason)],
-                              usage=answer.usage())
+        await self._collect(request, answer)
+        body = ChatCompletion(answer.id, int(time.time()), opts.model,
+                              [chat.whole(c, opts, chosen, echo) for c in answer.choices],
+                              render.usage(answer.choices, answer.num_prompt_tokens))
+        if req.return_token_ids:
+            body.prompt_token_ids = ids
         return _json(body, headers=answer.headers)
-
-    def _chat_stream(self, answer: _Answer, req: ChatCompletionRequest) -> AsyncIterator[bytes]:
-        created = int(time.time())
-
-        def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> bytes:
-            return _sse(ChatCompletionChunk(answer.job_id, created, req.model, choices, usage))
-
-        def render(item: TokenDelta | JobEnd, first: bool) -> bytes:
-            # The role chunk goes with the first output, as vLLM does: clients time TTFT
-            # from the first chunk.
-            head = chunk([ChatChunkChoice(0, Delta(role="assistant", content=""))]) if first \
-                else b""
-            if isinstance(item, TokenDelta):
-                return head + (chunk([ChatChunkChoice(0, Delta(content=item.text))])
-                               if item.text else b"")
-            if item.error is not None:
-                return head + _error_event(item.error)
-            return head + chunk([ChatChunkChoice(0, Delta(), item.finish_reason)])
-
-        return self._stream(answer, req, render, lambda: chunk([], answer.usage()))
 
     async def completions(self, request: Request) -> Response:
         key = authorize(self.service.keys, request, "api")
-        req = await self._read(request, CompletionRequest)
-        assert isinstance(req, CompletionRequest)
+        req: CompletionRequest = await self._read(request, CompletionRequest)
         self._check_model(req.model)
-        prompt = translate.completion_prompt(req)
-        tokenizer = self.service.tokenizer
-        if isinstance(prompt, str):
-            text, prompt = prompt, await asyncio.to_thread(tokenizer.encode, prompt)
-        else:
-            translate.check_vocab(prompt, tokenizer.vocab_size)
-            text = await asyncio.to_thread(tokenizer.decode, prompt)
-        answer = await self._admit(req, prompt, req.max_tokens, "cmpl",
-                                   [{"role": "user", "content": text}], key, request)
+        translate.check_request(req, bool(req.stream))
+        tok = self.service.tokenizer
+        add_special = True if req.add_special_tokens is None else req.add_special_tokens
+        prompts = []
+        for one in translate.completion_prompts(req):
+            if isinstance(one, str):
+                ids = await asyncio.to_thread(tok.encode, one, add_special)
+                text = one
+            else:
+                translate.check_vocab(one, tok.vocab_size)
+                ids, text = one, await asyncio.to_thread(tok.decode, one)
+            ids = translate.truncate(ids, req.truncate_prompt_tokens, req.truncation_side)
+            prompts.append(Prompt(ids, text, [{"role": "user", "content": text}]))
+        top = req.logprobs
+        echo = bool(req.echo)
+        svc = self.service
+        requested = 1 if echo and req.max_tokens == 0 else req.max_tokens
+
+        def spec_for(p: Prompt) -> SamplingSpec:
+            max_new = translate.max_tokens(requested, 16, len(p.ids), svc.max_model_len,
+                                           svc.config.limits)
+            return self._spec(req, p, max_new, top, echo)
+
+        answer = await self._admit(req, prompts, "cmpl", key, spec_for, request)
+        opts = self._options(req, top, echo)
         if req.stream:
-            return StreamingResponse(self._completion_stream(answer, req),
+            return StreamingResponse(self._completion_stream(answer, opts),
                                      media_type="text/event-stream",
                                      headers={**_SSE_HEADERS, **answer.headers})
-        text, end = await self._collect(request, answer)
-        body = Completion(answer.job_id, int(time.time()), req.model,
-                          [CompletionChoice(0, text, end.finish_reason)], answer.usage())
+        await self._collect(request, answer)
+        body = Completion(answer.id, int(time.time()), opts.model,
+                          [render.completion_piece(c, opts, None, True, c.end)
+                           for c in answer.choices],
+                          render.usage(answer.choices, answer.num_prompt_tokens))
         return _json(body, headers=answer.headers)
 
-    def _completion_stream(self, answer: _Answer, req: CompletionRequest
-                           ) -> AsyncIterator[bytes]:
+    async def _completion_stream(self, answer: Answer, opts: Options) -> AsyncIterator[bytes]:
         created = int(time.time())
-
-        def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> bytes:
-            return _sse(Completion(answer.job_id, created, req.model, choices, usage))
-
-        def render(item: TokenDelta | JobEnd, first: bool) -> bytes:
-            if isinstance(item, TokenDelta):
-                return chunk([CompletionChoice(0, item.text)]) if item.text else b""
-            if item.error is not None:
-                return _error_event(item.error)
-            return chunk([CompletionChoice(0, "", item.finish_reason)])
-
-        return self._stream(answer, req, render, lambda: chunk([], answer.usage()))
-
-    async def _stream(self, answer: _Answer, req: SamplingFields,
-                      render: Callable[[TokenDelta | JobEnd, bool], bytes],
-                      usage: Callable[[], bytes]) -> AsyncIterator[bytes]:
-        """SSE for one job, either endpoint: every output as `render` shapes it, the usage
-        chunk when asked for, then [DONE]."""
+        first = {c.index: True for c in answer.choices}
         try:
-            first = True
-            async for item in answer.outputs():
-                if data := render(item, first):
-                    yield data
-                first = False
-            if req.stream_options is not None and req.stream_options.include_usage:
-                yield usage()
+            async for c, item in answer.outputs():
+                if isinstance(item, JobEnd) and item.error is not None:
+                    yield render.error_event(item.error)
+                    continue
+                delta = item if isinstance(item, TokenDelta) else None
+                if delta is not None:
+                    c.take(delta)
+                    if not delta.text and not delta.token_ids and not first[c.index]:
+                        continue
+                piece = render.completion_piece(
+                    c, opts, delta or TokenDelta("", [], []), first[c.index],
+                    item if isinstance(item, JobEnd) else None)
+                first[c.index] = False
+                usage = render.usage(answer.choices, answer.num_prompt_tokens) \
+                    if opts.continuous_usage else None
+                yield render.sse(Completion(answer.id, created, opts.model, [piece], usage))
+            if opts.include_usage:
+                yield render.sse(Completion(answer.id, created, opts.model, [],
+                                            render.usage(answer.choices,
+                                                         answer.num_prompt_tokens)))
             yield b"data: [DONE]\n\n"
         finally:
-            if not answer.stream.ended:  # the client went away
-                self.service.scheduler.cancel(answer.job_id)
+            self._cancel_rest(answer)
 
     async def models(self, request: Request) -> Response:
         authorize(self.service.keys, request, "api")

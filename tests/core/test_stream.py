@@ -20,12 +20,12 @@ def test_a_possible_stop_prefix_is_held_back() -> None:
 
 
 def test_a_match_straddling_held_and_new_text_stops() -> None:
-    assert scan("o wor", "ld! more", ("world!",), True) == StopScan("o ", "", True)
+    assert scan("o wor", "ld! more", ("world!",), True) == StopScan("o ", "", True, "world!")
 
 
 def test_the_match_that_completes_first_wins_then_list_order() -> None:
-    assert scan("", "xabcdy", ("abcd", "bc"), True) == StopScan("xa", "", True)
-    assert scan("", "xabcy", ("bc", "abc"), True) == StopScan("xa", "", True)
+    assert scan("", "xabcdy", ("abcd", "bc"), True) == StopScan("xa", "", True, "bc")
+    assert scan("", "xabcy", ("bc", "abc"), True) == StopScan("xa", "", True, "bc")
     assert scan("", "xbcy", ("bc", "b"), True).release == "x"
 
 
@@ -48,7 +48,7 @@ async def test_pushes_over_any_cut_give_the_uncut_result(cut: int) -> None:
     assert stream.push("more", [3])  # after the stop nothing more is taken
     stream.finish("stop")
     assert await stream.next() == TokenDelta("one two ", [1, 2])
-    assert await stream.next() == JobEnd("stop")
+    assert await stream.next() == JobEnd("stop", stop_reason="three")
     assert stream.num_tokens == 2
 
 

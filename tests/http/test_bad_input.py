@@ -30,8 +30,9 @@ def _chat(**fields: object) -> bytes:
 
 HARMLESS = [
     {"user": "u1", "metadata": {"k": "v"}, "store": False, "service_tier": "auto"},
-    {"logprobs": False, "top_logprobs": None, "tools": [], "tool_choice": "none",
-     "parallel_tool_calls": False, "response_format": {"type": "text"}, "logit_bias": {}},
+    {"logprobs": False, "top_logprobs": None, "tool_choice": "none",
+     "parallel_tool_calls": False, "response_format": {"type": "text"}, "logit_bias": {},
+     "best_of": 1, "use_beam_search": False, "session_id": "s", "mm_payload": "none"},
 ]
 
 

@@ -14,7 +14,7 @@ from daemon.core.job import Job, SamplingSpec
 from daemon.core.lanes import Lane
 from daemon.core.repredict import RemainingPredictor
 from daemon.core.scheduler import Scheduler
-from daemon.core.stream import JobEnd, OutputStream, TokenDelta
+from daemon.core.stream import JobEnd, OutputStream, Position, TokenDelta
 from daemon.executors.base import Run
 from daemon.executors.sim import SimExecutor, prompt_seed
 from daemon.executors.virtualclock import VirtualClockLoop
@@ -105,15 +105,16 @@ class RecordingStream(OutputStream):
         self.deltas: list[TokenDelta] = []
         self.ends: list[JobEnd] = []
 
-    def push(self, text: str, token_ids: list[int]) -> bool:
+    def push(self, text: str, token_ids: list[int],
+             logprobs: list[Position] | None = None) -> bool:
         if self.ends:
             self.deltas.append(TokenDelta("AFTER-END", []))
-        self.deltas.append(TokenDelta(text, list(token_ids)))
-        return super().push(text, token_ids)
+        self.deltas.append(TokenDelta(text, list(token_ids), logprobs))
+        return super().push(text, token_ids, logprobs)
 
     def finish(self, finish_reason: str | None, error: str | None = None,
                dropped: str | None = None) -> None:
-        self.ends.append(JobEnd(finish_reason, error, dropped))
+        self.ends.append(JobEnd(finish_reason, error, dropped=dropped))
         super().finish(finish_reason, error, dropped)
 
 

@@ -1,7 +1,7 @@
 """Preempt + resume on the real engine keeps sampling semantics: greedy output with presence
 and frequency penalties equals an uninterrupted run's (the penalties count the tokens
-generated before the cut), and a stop string that straddles the cut still stops the job at
-the same place with the same text."""
+generated before the cut), a stop string that straddles the cut still stops the job at
+the same place with the same text, and logprobs neither get lost nor repeat across cuts."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from daemon.core.job import Job, SamplingSpec, StopRequest
 from daemon.executors.vllm import VLLMExecutor
 from daemon.tokenizer import Tokenizer
 from tests.executors.driver import Driver
+from tests.support import read_to_end
 
 pytestmark = pytest.mark.engine
 
@@ -97,3 +98,44 @@ async def test_stop_string_across_the_cut_is_found(engine: Engine) -> None:
     assert (await driver.run(cut)).finish_reason == "stop"
     assert await driver.text(cut) == full[:len(head_text) - 3]
     assert cut.generated_token_ids == whole.generated_token_ids
+
+
+async def _read(driver: Driver, job: Job) -> tuple[list[int], list[list[tuple[int, float]]]]:
+    """Token ids and logprob positions ((id, logprob) per candidate) as the client gets them."""
+    deltas, _ = await read_to_end(driver.streams[job.job_id], 5)
+    ids = [t for d in deltas for t in d.token_ids]
+    positions = [[(c.token_id, c.logprob) for c in p] for d in deltas for p in d.logprobs or []]
+    return ids, positions
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_logprobs_survive_preemptions_without_loss_or_repeat(engine: Engine) -> None:
+    """Greedy with top-2 logprobs, repetition penalty, top_k, min_p and a stop token id:
+    three preemptions give the same tokens and the same logprobs (1e-3) as no preemption,
+    one position per token; prompt logprobs come once, from the first dispatch."""
+    driver, prompt = engine
+    extra = {"logprobs": 2, "prompt_logprobs": 1, "repetition_penalty": 1.3, "top_k": 5,
+             "min_p": 0.01, "stop_token_ids": (13,)}
+    whole = _job(prompt, "lp-whole", 60, **extra)
+    await driver.run(whole)
+    cut = _job(prompt, "lp-cut", 60, **extra)
+    for stop_at in (3, 15, 30):
+        driver.launch(cut)
+        await driver.wait_tokens(cut, stop_at)
+        driver.stop(cut, StopRequest.PREEMPT)
+        stopped = await driver.next_stop()
+        if stopped.finish_reason is not None:
+            break
+    else:
+        await driver.run(cut)
+    assert cut.generated_token_ids == whole.generated_token_ids
+    whole_ids, whole_lp = await _read(driver, whole)
+    cut_ids, cut_lp = await _read(driver, cut)
+    assert cut_ids == whole_ids == whole.generated_token_ids
+    assert len(cut_lp) == len(cut_ids) == len(whole_lp)
+    for a, b in zip(cut_lp, whole_lp, strict=True):
+        assert [t for t, _ in a] == [t for t, _ in b]
+        assert all(abs(x - y) <= 1e-3 for (_, x), (_, y) in zip(a, b, strict=True))
+    for job in (whole, cut):
+        prompt_lp = driver.streams[job.job_id].prompt_logprobs
+        assert prompt_lp is not None and len(prompt_lp) == len(prompt) and prompt_lp[0] is None

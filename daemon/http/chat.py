@@ -1,0 +1,125 @@
+"""/v1/chat/completions' own parts: vLLM's checks, the chat template's options (tools,
+documents, chat_template_kwargs, add_generation_prompt, continue_final_message, reasoning
+effort), echo, tool calls in the answer, the body's choices and the SSE chunks (routes.py
+admits the jobs)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from daemon.core.scheduler import Scheduler
+from daemon.core.stream import JobEnd, TokenDelta
+from daemon.http import render, tools, translate
+from daemon.http.render import Answer, Choice, Options
+from daemon.http.responses import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatMessageOut,
+    Delta,
+    ToolCallDelta,
+)
+from daemon.http.schemas import ChatCompletionRequest, NamedToolChoice
+
+
+def template_options(req: Any) -> dict[str, Any]:
+    """The chat template's options a chat or tokenize request carries (vLLM's meaning)."""
+    kwargs = dict(req.chat_template_kwargs or {})
+    effort = getattr(req, "reasoning_effort", None)
+    if effort is not None:
+        kwargs.setdefault("reasoning_effort", effort)
+        kwargs.setdefault("enable_thinking", effort != "none")
+    if req.continue_final_message and req.add_generation_prompt and \
+            "add_generation_prompt" in req.__struct_fields__:
+        raise translate.bad_request("Cannot set both `continue_final_message` and "
+                                    "`add_generation_prompt` to True.",
+                                    "continue_final_message")
+    return {"add_generation_prompt": req.add_generation_prompt,
+            "continue_final_message": req.continue_final_message,
+            "tools": tools.template_tools(req) if req.tools else None,
+            "documents": getattr(req, "documents", None), "template_kwargs": kwargs}
+
+
+def check(req: ChatCompletionRequest, parser: str) -> str | NamedToolChoice:
+    """vLLM's checks of a chat request; the effective tool choice."""
+    translate.check_request(req, bool(req.stream))
+    if req.top_logprobs and not req.logprobs:
+        raise translate.bad_request("when using `top_logprobs`, `logprobs` must be set to "
+                                    "true.", "top_logprobs")
+    if req.logprob_token_ids and not req.logprobs:
+        raise translate.bad_request("when using `logprob_token_ids`, `logprobs` must be set "
+                                    "to true.", "logprob_token_ids")
+    chosen = tools.choice(req, parser)
+    if chosen == "auto":
+        raise translate.bad_request("tool_choice \"auto\" with a tool parser is not "
+                                    "implemented by lengthwise yet", "tool_choice",
+                                    "unsupported_parameter")
+    return chosen
+
+
+def echo_text(req: ChatCompletionRequest) -> str:
+    """echo: the last message's text goes before the answer when it is the assistant's."""
+    last = req.messages[-1] if req.messages else None
+    if not req.echo or last is None or last.role != "assistant":
+        return ""
+    if isinstance(last.content, list):
+        return "".join(part.text or "" for part in last.content)
+    return last.content or ""
+
+
+def _finish(end: JobEnd, chosen: str | NamedToolChoice, called: bool) -> str | None:
+    if chosen == "required" and called and end.finish_reason == "stop":
+        return "tool_calls"
+    return end.finish_reason
+
+
+def whole(c: Choice, opts: Options, chosen: str | NamedToolChoice, echo: str
+           ) -> ChatChoice:
+    assert c.end is not None
+    text = echo + "".join(c.text)
+    calls = tools.calls(chosen, "".join(c.text))
+    message = ChatMessageOut("assistant", text) if calls is None else \
+        ChatMessageOut("assistant", "" if calls else text, calls)
+    return render.chat_choice(c, opts, message, _finish(c.end, chosen, bool(calls)))
+
+
+async def stream(answer: Answer, opts: Options, chosen: str | NamedToolChoice, echo: str,
+                 scheduler: Scheduler) -> AsyncIterator[bytes]:
+    created = int(time.time())
+    constrained = chosen == "required" or isinstance(chosen, NamedToolChoice)
+
+    def chunk(choices: list[ChatChunkChoice], final_usage: bool = False) -> bytes:
+        usage = render.usage(answer.choices, answer.num_prompt_tokens) \
+            if opts.continuous_usage or final_usage else None
+        return render.sse(ChatCompletionChunk(answer.id, created, opts.model, choices, usage))
+
+    try:
+        # The role chunk first, as vLLM does: clients time TTFT from the first chunk.
+        yield chunk([ChatChunkChoice(c.index, Delta(role="assistant", content=echo))
+                     for c in answer.choices])
+        async for c, item in answer.outputs():
+            if isinstance(item, TokenDelta):
+                c.take(item)
+                piece = None if constrained else render.chat_piece(c, opts, item)
+                if piece is not None:
+                    yield chunk([piece])
+                continue
+            c.end = item
+            if item.error is not None:
+                yield render.error_event(item.error)
+                continue
+            calls = tools.calls(chosen, "".join(c.text)) if constrained else None
+            if calls:  # a constrained answer is one tool call delta, once complete
+                yield chunk([ChatChunkChoice(c.index, Delta(tool_calls=[
+                    ToolCallDelta(i, call.id, "function", {"name": call.function.name,
+                                                           "arguments": call.function.arguments})
+                    for i, call in enumerate(calls)]))])
+            yield chunk([ChatChunkChoice(c.index, Delta(), _finish(item, chosen, bool(calls)),
+                                         stop_reason=item.stop_reason)])
+        if opts.include_usage:
+            yield chunk([], final_usage=True)
+        yield b"data: [DONE]\n\n"
+    finally:
+        answer.cancel_rest(scheduler)

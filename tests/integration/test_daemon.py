@@ -78,8 +78,8 @@ BAD_BODIES = [
      % MODEL.encode(), "max_tokens"),
     (b'{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000}'
      % MODEL.encode(), "context"),
-    (b'{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "n": 2}'
-     % MODEL.encode(), "n=1"),
+    (b'{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "n": 0}'
+     % MODEL.encode(), "n"),
     (b'{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}'
      % MODEL.encode(), "temperature"),
     (b'{"model": "%s", "messages": [{"role": "user", "content": "%s"}]}'

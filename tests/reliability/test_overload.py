@@ -37,8 +37,8 @@ async def _probe(base_url: str) -> tuple[dict[str, float], dict[str, float]]:
 def test_bursts_and_bad_input_get_answers(tmp_path: Path) -> None:
     config = tmp_path / "lengthwise.toml"
     port = free_port()
-    text = config_text(SMOLLM2, port, engine_kind="sim", extra='[predictor]\npath = "none"\n')
-    config.write_text(text.replace("[scheduler]\n", "[scheduler]\nmax_waiting = 100\n"))
+    config.write_text(config_text(SMOLLM2, port, engine_kind="sim", max_waiting=100,
+                                  extra='[predictor]\npath = "none"\n'))
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     try:
         daemon.wait_ready(120)

@@ -3,9 +3,10 @@ predicted-latency response headers and the per-executor predicted TTFT a router 
 
 Admission learns its own error: each accepted job with a TTFT objective is promised a start;
 when it starts (or turns late) the difference is one sample, and the MARGIN_QUANTILE of the
-last ERROR_WINDOW samples is added to every new forecast (0 until MIN_ERRORS were seen),
-so that the jobs accepted meet their objective at that rate whatever the predictions' and
-the clock's errors.
+last ERROR_WINDOW samples of the last ERROR_HORIZON_S is added to every new forecast (0
+with fewer than MIN_ERRORS such samples), so that the jobs accepted meet their objective at
+that rate whatever the predictions' and the clock's errors. The horizon lets a margin learned
+in a bad spell (which then refuses everything, so that no sample corrects it) lapse.
 
 Read-only over the core's state (the waiting set, the lanes, the estimates): called from
 the core's loop and from the HTTP handlers on the same event loop, it changes nothing.
@@ -29,6 +30,7 @@ from daemon.core.waitqueue import WaitQueue
 MARGIN_QUANTILE = 95  # percentile of admission's start errors it adds to each forecast
 ERROR_WINDOW = 256  # most recent start errors it reads
 MIN_ERRORS = 8  # errors before the margin is used
+ERROR_HORIZON_S = 30.0  # errors older than this no longer count
 _MAX_PROMISES = 4096  # promises kept (a job that ends unstarted leaves one behind)
 
 
@@ -41,7 +43,9 @@ class Forecaster:
         self.now = now
         self.margin_s = 0.0  # what admission adds to every forecast start (learned)
         self._promised: dict[str, float] = {}  # accepted job id -> forecast start (loop time)
-        self._errors: collections.deque[float] = collections.deque(maxlen=ERROR_WINDOW)
+        # (loop time, error) of the latest starts admission promised
+        self._errors: collections.deque[tuple[float, float]] = collections.deque(
+            maxlen=ERROR_WINDOW)
 
     def _service_s(self, job: Job) -> float:
         """A job's predicted service; the typical one while it has no prediction yet."""
@@ -109,16 +113,24 @@ class Forecaster:
         """When a new job with an objective would start, in seconds after its arrival: the
         time since, the forecast from the jobs ahead of it, and the learned margin."""
         ahead = self.ahead_of(job, pending)
-        return self.now() - job.arrival_time + self._start_in(ahead) + self.margin_s
+        return self.now() - job.arrival_time + self._start_in(ahead) + self._margin()
 
     def started(self, job_id: str, now: float) -> None:
         """A job admission promised a start to started (or turned late) at `now`."""
         promised = self._promised.pop(job_id, None)
         if promised is None:
             return
-        self._errors.append(now - promised)
-        if len(self._errors) >= MIN_ERRORS:
-            self.margin_s = max(float(np.percentile(self._errors, MARGIN_QUANTILE)), 0.0)
+        self._errors.append((now, now - promised))
+        self._margin()
+
+    def _margin(self) -> float:
+        """The learned margin, from the errors of the last ERROR_HORIZON_S."""
+        errors = self._errors
+        while errors and errors[0][0] < self.now() - ERROR_HORIZON_S:
+            errors.popleft()
+        self.margin_s = 0.0 if len(errors) < MIN_ERRORS else max(
+            float(np.percentile([e for _, e in errors], MARGIN_QUANTILE)), 0.0)
+        return self.margin_s
 
     def decode_step_s(self) -> float:
         """A decode step of a full batch under the current clock."""

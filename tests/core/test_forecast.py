@@ -10,7 +10,7 @@ import pytest
 
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Event
-from daemon.core.forecast import MIN_ERRORS
+from daemon.core.forecast import ERROR_HORIZON_S, MIN_ERRORS
 from daemon.core.job import Job, SamplingSpec, Slo
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
@@ -103,3 +103,18 @@ async def test_admission_adds_the_start_errors_it_has_seen() -> None:
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.6))) is None
     refusal = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.4)))
     assert refusal is not None and refusal.predicted_s == pytest.approx(0.5, abs=0.02)
+
+
+
+@pytest.mark.asyncio
+async def test_a_margin_from_a_bad_spell_lapses() -> None:
+    core = _core()
+    forecast = core.forecast
+    now = core.now()
+    for k in range(MIN_ERRORS):
+        job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=60.0))
+        forecast.admit(job, [], 0, 10, set())
+        forecast.started(job.job_id, now + 30)  # 30 s late each
+    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.0))) is not None
+    forecast.now = lambda: now + ERROR_HORIZON_S + 31  # a quiet spell: nothing accepted
+    assert forecast.refusal(_job("n", 5, forecast.now(), slo=Slo(ttft_s=1.0))) is None

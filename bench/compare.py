@@ -44,6 +44,10 @@ class RunRecord(msgspec.Struct, kw_only=True):
     wall_s: float
     cpu: CpuShare | None = None  # who used the machine's CPU during the run
     repeat: int = 0  # which repetition (0-based)
+    # During the run: the engine's own preemptions (its KV cache ran out: vLLM's
+    # vllm:num_preemptions_total) and lengthwise's policy preemptions (0 for vLLM).
+    engine_preemptions: float = 0.0
+    policy_preemptions: float = 0.0
 
 
 class Aggregate(msgspec.Struct, kw_only=True):
@@ -56,6 +60,8 @@ class Aggregate(msgspec.Struct, kw_only=True):
     summary: Summary
     spread: dict[str, Spread]
     requests: list[RequestResult] = []
+    engine_preemptions: Spread | None = None  # median (min-max) over repetitions
+    policy_preemptions: Spread | None = None
 
 
 class CompareResults(msgspec.Struct, kw_only=True):
@@ -84,8 +90,17 @@ def aggregate(runs: list[RunRecord]) -> list[Aggregate]:
     return [Aggregate(system=system, rate=rate, repeats=len(group),
                       summary=median_summary([r.summary for r in group]),
                       spread={f: spread([r.summary for r in group], f) for f in HEADLINE},
-                      requests=[q for r in group for q in r.requests])
+                      requests=[q for r in group for q in r.requests],
+                      engine_preemptions=_spread([r.engine_preemptions for r in group]),
+                      policy_preemptions=_spread([r.policy_preemptions for r in group]))
             for (system, rate), group in groups.items()]
+
+
+def _spread(values: list[float]) -> Spread:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return Spread(median, ordered[0], ordered[-1])
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -99,6 +114,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     # three quarters and nearly all of its capacity (docs/benchmarks.md).
     p.add_argument("--rates", default="5,7,9", help="comma list of request rates (req/s)")
     p.add_argument("--max-num-seqs", type=int, default=4)
+    p.add_argument("--kv-blocks", type=int, default=0,
+                   help="KV cache blocks per engine (num_gpu_blocks_override, for every "
+                        "system): memory pressure; 0 = sized from the 1 GiB cache")
+    p.add_argument("--max-running", default="auto",
+                   help='lengthwise\'s [scheduler] max_running: "auto" (memory admission, '
+                        "the daemon's default) or a number")
     p.add_argument("--extra-toml", type=Path, help="TOML appended to lengthwise configs")
     p.add_argument("--repeats", type=int, default=1,
                    help="run every (system, rate) N times, systems alternating")
@@ -134,15 +155,21 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
             # the previous rate filled (the same salt for every system: same work).
             opts = msgspec.structs.replace(opts, salt=f"run {k + 1}. ")
             started, meter = time.perf_counter(), CpuMeter(server.proc.pid)
+            before = server.preemptions()
             results = _drive(server, args, rate, opts, out / "vllm-client",
                              f"{system.spec.replace(':', '-')}-{rate:g}-{repeat}")
             cpu = meter.stop()
+            engine_pre, policy_pre = (a - b for a, b in zip(server.preemptions(), before,
+                                                              strict=True))
             summary = summarize(results, args.slo_ttft, args.slo_tpot)
             records.append(RunRecord(system=system.spec, rate=rate, summary=summary,
                                      requests=results, wall_s=time.perf_counter() - started,
-                                     cpu=cpu, repeat=repeat))
+                                     cpu=cpu, repeat=repeat, engine_preemptions=engine_pre,
+                                     policy_preemptions=policy_pre))
             print(f"{system.spec:>24} @ {rate:g} req/s #{repeat + 1}: mean JCT {summary.mean_jct:.2f} s, "
-                  f"p99 {summary.p99_jct:.2f} s, {summary.n_failed} failed; "
+                  f"p99 {summary.p99_jct:.2f} s, TTFT {summary.mean_ttft:.2f} s, "
+                  f"{summary.throughput_tps:.0f} tok/s, preemptions engine {engine_pre:g} "
+                  f"policy {policy_pre:g}, {summary.n_failed} failed; "
                   f"{cpu.describe()}", flush=True)
             cpu.warn_if_contaminated("during this run")
     finally:
@@ -183,7 +210,7 @@ def measure_capacity(settings: Settings, args: argparse.Namespace, out: Path) ->
 
 def run_compare(args: argparse.Namespace) -> int:
     from bench.plots import plot_all
-    from bench.report import markdown_table
+    from bench.report import markdown_table, ratio_table
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -191,6 +218,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.client == "vllm" and any(s.client_priority != "none" for s in systems):
         raise SystemExit("--client vllm cannot send a per-request priority: drop vllm-priority")
     settings = Settings(model=args.model.resolve(), max_num_seqs=args.max_num_seqs,
+                        max_running=args.max_running, num_gpu_blocks_override=args.kv_blocks,
                         max_model_len=args.max_model_len, trust_budget=args.natural,
                         extra_toml=args.extra_toml.read_text() if args.extra_toml else "")
     spec = workload.spec_from_args(args)
@@ -212,7 +240,7 @@ def run_compare(args: argparse.Namespace) -> int:
         (out / "results.json").write_bytes(msgspec.json.encode(results))  # survive a crash
     results.aggregates = aggregate(results.runs)
     (out / "results.json").write_bytes(msgspec.json.encode(results))
-    table = markdown_table(results.aggregates)
+    table = markdown_table(results.aggregates) + "\n" + ratio_table(results.aggregates)
     (out / "results.md").write_text(table)
     plot_all(results.aggregates, out)
     print(table)

@@ -38,6 +38,9 @@ def parse_system(spec: str) -> System:
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     model: Path
     max_num_seqs: int = 4
+    # lengthwise's [scheduler] max_running: "auto" (memory admission, the daemon's default)
+    # or a number of jobs per engine.
+    max_running: str = "auto"
     max_model_len: int = 2048
     kv_gib: int = 1
     dtype: str = "auto"
@@ -76,11 +79,15 @@ cpu_kv_cache_gib = {s.kv_gib}
 vllm_args = {{ {_vllm_args(s)} }}
 [scheduler]
 policy = "{system.policy}"
-max_running = {s.max_num_seqs}
+max_running = {_max_running(s)}
 max_waiting = 100000
 trust_budget = {str(s.trust_budget).lower()}
 {s.extra_toml}
 """
+
+
+def _max_running(s: Settings) -> str:
+    return '"auto"' if s.max_running == "auto" else str(int(s.max_running))
 
 
 def _vllm_args(s: Settings) -> str:
@@ -120,6 +127,12 @@ def environment(s: Settings) -> dict[str, str]:
     return env
 
 
+def _counter(text: str, name: str) -> float:
+    """Sum of a Prometheus counter's samples in a /metrics text (0 if absent)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and line[len(name)] in " {")
+
+
 class Server:
     """One system in a subprocess (its own process group: vLLM spawns an engine process)."""
 
@@ -154,6 +167,13 @@ class Server:
                 pass
             time.sleep(0.5)
         raise TimeoutError(f"server not ready after {self.timeout_s} s; see {self.log_path}")
+
+    def preemptions(self) -> tuple[float, float]:
+        """(the engine's own preemptions, vLLM's `vllm:num_preemptions_total`, which both
+        servers export; lengthwise's policy preemptions, 0 for vLLM's server) so far."""
+        text = httpx.get(self.base_url + "/metrics", timeout=10).text
+        return _counter(text, "vllm:num_preemptions_total"), _counter(
+            text, "lengthwise_preemptions_total")
 
     def stop(self, timeout_s: float = 60.0) -> None:
         if self.proc.poll() is None:

@@ -157,7 +157,7 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
             started, meter = time.perf_counter(), CpuMeter(server.proc.pid)
             before = server.preemptions()
             results = _drive(server, args, rate, opts, out / "vllm-client",
-                             f"{system.spec.replace(':', '-')}-{rate:g}-{repeat}")
+                             f"{system.label}-{rate:g}-{repeat}")
             cpu = meter.stop()
             engine_pre, policy_pre = (a - b for a, b in zip(server.preemptions(), before,
                                                               strict=True))

@@ -51,6 +51,7 @@ class Estimates:
         prior."""
         for lane in self.lanes:
             lane.set_capacity(None, config.fixed_running)
+            lane.spare = config.engine_queue
         if policy.cost is not self.policy.cost or policy is self.policy:
             self.prior = policy.cost
             for lane in self.lanes:

@@ -79,6 +79,10 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # Learn each engine's step times from the steps it serves (core/clock.py); off: every
     # estimate stays on the configured cost model (to measure what learning buys).
     learn_clock: Annotated[bool, BENCH_KNOB] = True
+    # Jobs per engine handed to it beyond max_running: they wait in the engine's own
+    # priority queue, in the policy's order (its engine priority), so a slot that frees
+    # refills at the engine's next step instead of after a round trip through the core.
+    engine_queue: Annotated[int, _NonNegative, BENCH_KNOB] = 0
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
     @property

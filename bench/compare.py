@@ -48,6 +48,9 @@ class RunRecord(msgspec.Struct, kw_only=True):
     # vllm:num_preemptions_total) and lengthwise's policy preemptions (0 for vLLM).
     engine_preemptions: float = 0.0
     policy_preemptions: float = 0.0
+    # lengthwise: the cost profile its clock had learned by the run's end (a file under
+    # OUT/learned/), which `python -m bench.validate` simulates the run on.
+    learned_profile: str = ""
 
 
 class Aggregate(msgspec.Struct, kw_only=True):
@@ -75,6 +78,8 @@ class CompareResults(msgspec.Struct, kw_only=True):
     repeats: int = 1
     client: str = "ours"  # ours | vllm (vLLM's `vllm bench serve`)
     capacity_rps: float = 0.0  # vLLM's server under a backlog, when rates came from --load
+    max_running: str = "auto"  # lengthwise's [scheduler] max_running
+    kv_blocks: int = 0  # num_gpu_blocks_override of every engine (0: sized by vLLM)
     aggregates: list[Aggregate] = []
 
 
@@ -161,11 +166,12 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
             cpu = meter.stop()
             engine_pre, policy_pre = (a - b for a, b in zip(server.preemptions(), before,
                                                               strict=True))
+            learned = _snapshot_clock(server, system, out / "learned", f"{rate:g}-{repeat}")
             summary = summarize(results, args.slo_ttft, args.slo_tpot)
             records.append(RunRecord(system=system.spec, rate=rate, summary=summary,
                                      requests=results, wall_s=time.perf_counter() - started,
                                      cpu=cpu, repeat=repeat, engine_preemptions=engine_pre,
-                                     policy_preemptions=policy_pre))
+                                     policy_preemptions=policy_pre, learned_profile=learned))
             print(f"{system.spec:>24} @ {rate:g} req/s #{repeat + 1}: mean JCT {summary.mean_jct:.2f} s, "
                   f"p99 {summary.p99_jct:.2f} s, TTFT {summary.mean_ttft:.2f} s, "
                   f"{summary.throughput_tps:.0f} tok/s, preemptions engine {engine_pre:g} "
@@ -175,6 +181,22 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
     finally:
         server.stop()
     return startup, records
+
+
+def _snapshot_clock(server: Server, system: System, folder: Path, tag: str) -> str:
+    """The learned clock of a lengthwise server as a cost profile file ("" for vLLM)."""
+    if system.kind != "lengthwise":
+        return ""
+    from bench import costfile, learned
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{system.label}-{tag}.json"
+    try:
+        costfile.save(learned.fetch(server.base_url, path.stem), path)
+    except ValueError as exc:  # nothing learned
+        print(f"no learned clock: {exc}", flush=True)
+        return ""
+    return str(path)
 
 
 def _drive(server: Server, args: argparse.Namespace, rate: float, opts: ClientOptions,
@@ -227,7 +249,8 @@ def run_compare(args: argparse.Namespace) -> int:
     results = CompareResults(model=args.model.name, max_num_seqs=args.max_num_seqs,
                              workload=spec, natural=args.natural, startup_s={}, runs=[],
                              sample=workload.sample_label(spec), repeats=args.repeats,
-                             client=args.client)
+                             client=args.client, max_running=args.max_running,
+                             kv_blocks=args.kv_blocks)
     if args.load:
         results.capacity_rps = measure_capacity(settings, args, out)
         rates = [round(float(x) * results.capacity_rps, 3) for x in args.load.split(",") if x]

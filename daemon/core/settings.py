@@ -73,7 +73,7 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
                          BENCH_KNOB] = "predicted"
     # Memory admission's upper estimate of an answer: this quantile of its predicted length
     # (where the predictor has a quantile head covering it; the shipped one has 0.1-0.9) ...
-    admission_quantile: Annotated[float, msgspec.Meta(gt=0, lt=1), BENCH_KNOB] = 0.9
+    admission_quantile: Annotated[float, msgspec.Meta(gt=0, lt=1), BENCH_KNOB] = 0.5
     # ... else the point prediction times this.
     upper_factor: Annotated[float, msgspec.Meta(ge=1), BENCH_KNOB] = 2.0
     # Learn each engine's step times from the steps it serves (core/clock.py); off: every

@@ -90,10 +90,9 @@ class KVLedger:
         # (answer tokens left, context now), longest answer first
         ends = sorted(((max(tokens - context, 0.0), context) for context, tokens in jobs),
                       reverse=True)
-        peak, contexts, active = 0.0, 0.0, 0
-        for rest, context in ends:
+        peak, contexts = 0.0, 0.0
+        for active, (rest, context) in enumerate(ends, start=1):
             contexts += context
-            active += 1
             peak = max(peak, (contexts + active * rest) / self.block_size + active)
         return math.ceil(peak)
 

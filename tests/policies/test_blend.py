@@ -130,7 +130,7 @@ def test_no_wait_exceeds_its_bound_in_learned_seconds_plus_one_service(
     mean_s = sum(truth.wall_s(30, 30, n, max_running) for n in sizes) / len(sizes)
     gap = mean_s / max_running / load
     specs = [Spec(gap * i, 30, n, predicted=float(n))
-             for i, n in enumerate((sizes[(i * 3 + seed) % len(sizes)] for i in range(60)))]
+             for i, n in enumerate(sizes[(i * 3 + seed) % len(sizes)] for i in range(60))]
     params = PoliciesConfig(blend=BlendParams(beta=beta))  # type: ignore[call-arg]
     config = harness.make_config("blend", max_running=max_running, promote_after_s=600.0,
                                  policies=params, slowdown=slowdown, preempt=True,

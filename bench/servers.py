@@ -70,7 +70,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # False when the client forces each length through max_tokens: the daemon must not
     # read the truth off the budget (the benchmark knob scheduler.trust_budget).
     trust_budget: bool = True
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = 900.0  # a shared machine under load starts engines slowly
 
 
 def _free_port() -> int:

@@ -84,8 +84,10 @@ class CompareResults(msgspec.Struct, kw_only=True):
 
 
 def run_order(systems: list[System], repeats: int) -> list[tuple[int, System]]:
-    """(repetition, system): A B C, A B C, ... never A A B B."""
-    return [(k, system) for k in range(repeats) for system in systems]
+    """(repetition, system): A B C, B C A, C A B, ... never A A B B, and no system always
+    in the same place of a cycle (other load on a shared machine comes and goes)."""
+    n = len(systems)
+    return [(k, systems[(k + i) % n]) for k in range(repeats) for i in range(n)]
 
 
 def aggregate(runs: list[RunRecord]) -> list[Aggregate]:

@@ -18,7 +18,7 @@ def test_systems_alternate_within_each_repetition() -> None:
     systems = [parse_system(s) for s in ("vllm", "lengthwise:fcfs", "lengthwise:ssjf")]
     order = [(k, s.spec) for k, s in run_order(systems, 2)]
     assert order == [(0, "vllm"), (0, "lengthwise:fcfs"), (0, "lengthwise:ssjf"),
-                     (1, "vllm"), (1, "lengthwise:fcfs"), (1, "lengthwise:ssjf")]
+                     (1, "lengthwise:fcfs"), (1, "lengthwise:ssjf"), (1, "vllm")]
 
 
 def _run(system: str, repeat: int, jct: float) -> RunRecord:

@@ -44,9 +44,8 @@ class Row(msgspec.Struct, kw_only=True):
 
 
 def _predictor_for(policy: str, predictor: str) -> str:
-    if policy.startswith("oracle"):
-        return "oracle"
-    return "none" if policy == "fcfs" else predictor
+    """The daemon predicts every job, fcfs's too: memory admission reads the predictions."""
+    return "oracle" if policy.startswith("oracle") else predictor
 
 
 VLLM_CPU_BLOCK_TOKENS = 128  # vLLM's CPU backend's KV block: --kv-blocks count these

@@ -44,6 +44,13 @@ class RunRecord(msgspec.Struct, kw_only=True):
     wall_s: float
     cpu: CpuShare | None = None  # who used the machine's CPU during the run
     repeat: int = 0  # which repetition (0-based)
+    # During the run: the engine's own preemptions (its KV cache ran out: vLLM's
+    # vllm:num_preemptions_total) and lengthwise's policy preemptions (0 for vLLM).
+    engine_preemptions: float = 0.0
+    policy_preemptions: float = 0.0
+    # lengthwise: the cost profile its clock had learned by the run's end (a file under
+    # OUT/learned/), which `python -m bench.validate` simulates the run on.
+    learned_profile: str = ""
 
 
 class Aggregate(msgspec.Struct, kw_only=True):
@@ -56,6 +63,8 @@ class Aggregate(msgspec.Struct, kw_only=True):
     summary: Summary
     spread: dict[str, Spread]
     requests: list[RequestResult] = []
+    engine_preemptions: Spread | None = None  # median (min-max) over repetitions
+    policy_preemptions: Spread | None = None
 
 
 class CompareResults(msgspec.Struct, kw_only=True):
@@ -69,12 +78,16 @@ class CompareResults(msgspec.Struct, kw_only=True):
     repeats: int = 1
     client: str = "ours"  # ours | vllm (vLLM's `vllm bench serve`)
     capacity_rps: float = 0.0  # vLLM's server under a backlog, when rates came from --load
+    max_running: str = "auto"  # lengthwise's [scheduler] max_running
+    kv_blocks: int = 0  # num_gpu_blocks_override of every engine (0: sized by vLLM)
     aggregates: list[Aggregate] = []
 
 
 def run_order(systems: list[System], repeats: int) -> list[tuple[int, System]]:
-    """(repetition, system): A B C, A B C, ... never A A B B."""
-    return [(k, system) for k in range(repeats) for system in systems]
+    """(repetition, system): A B C, B C A, C A B, ... never A A B B, and no system always
+    in the same place of a cycle (other load on a shared machine comes and goes)."""
+    n = len(systems)
+    return [(k, systems[(k + i) % n]) for k in range(repeats) for i in range(n)]
 
 
 def aggregate(runs: list[RunRecord]) -> list[Aggregate]:
@@ -84,8 +97,17 @@ def aggregate(runs: list[RunRecord]) -> list[Aggregate]:
     return [Aggregate(system=system, rate=rate, repeats=len(group),
                       summary=median_summary([r.summary for r in group]),
                       spread={f: spread([r.summary for r in group], f) for f in HEADLINE},
-                      requests=[q for r in group for q in r.requests])
+                      requests=[q for r in group for q in r.requests],
+                      engine_preemptions=_spread([r.engine_preemptions for r in group]),
+                      policy_preemptions=_spread([r.policy_preemptions for r in group]))
             for (system, rate), group in groups.items()]
+
+
+def _spread(values: list[float]) -> Spread:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return Spread(median, ordered[0], ordered[-1])
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -99,6 +121,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     # three quarters and nearly all of its capacity (docs/benchmarks.md).
     p.add_argument("--rates", default="5,7,9", help="comma list of request rates (req/s)")
     p.add_argument("--max-num-seqs", type=int, default=4)
+    p.add_argument("--kv-blocks", type=int, default=0,
+                   help="KV cache blocks per engine (num_gpu_blocks_override, for every "
+                        "system): memory pressure; 0 = sized from the 1 GiB cache")
+    p.add_argument("--max-running", default="auto",
+                   help='lengthwise\'s [scheduler] max_running: "auto" (memory admission, '
+                        "the daemon's default) or a number")
     p.add_argument("--extra-toml", type=Path, help="TOML appended to lengthwise configs")
     p.add_argument("--repeats", type=int, default=1,
                    help="run every (system, rate) N times, systems alternating")
@@ -135,21 +163,44 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
             opts = msgspec.structs.replace(opts, salt=f"run {k + 1}. ",
                                            headers=client.slo_headers(args))
             started, meter = time.perf_counter(), CpuMeter(server.proc.pid)
+            before = server.preemptions()
             results = _drive(server, args, rate, opts, out / "vllm-client",
-                             f"{system.spec.replace(':', '-')}-{rate:g}-{repeat}")
+                             f"{system.label}-{rate:g}-{repeat}")
             cpu = meter.stop()
+            engine_pre, policy_pre = (a - b for a, b in zip(server.preemptions(), before,
+                                                              strict=True))
+            learned = _snapshot_clock(server, system, out / "learned", f"{rate:g}-{repeat}")
             summary = summarize(results, args.slo_ttft, args.slo_tpot)
             records.append(RunRecord(system=system.spec, rate=rate, summary=summary,
                                      requests=results, wall_s=time.perf_counter() - started,
-                                     cpu=cpu, repeat=repeat))
+                                     cpu=cpu, repeat=repeat, engine_preemptions=engine_pre,
+                                     policy_preemptions=policy_pre, learned_profile=learned))
             print(f"{system.spec:>24} @ {rate:g} req/s #{repeat + 1}: mean JCT {summary.mean_jct:.2f} s, "
-                  f"p99 {summary.p99_jct:.2f} s, goodput {summary.goodput_rps:.2f} req/s, "
+                  f"p99 {summary.p99_jct:.2f} s, TTFT {summary.mean_ttft:.2f} s, "
+                  f"{summary.throughput_tps:.0f} tok/s, goodput {summary.goodput_rps:.2f} req/s, "
+                  f"preemptions engine {engine_pre:g} policy {policy_pre:g}, "
                   f"{summary.n_failed} failed ({summary.n_refused} x 429); "
                   f"{cpu.describe()}", flush=True)
             cpu.warn_if_contaminated("during this run")
     finally:
         server.stop()
     return startup, records
+
+
+def _snapshot_clock(server: Server, system: System, folder: Path, tag: str) -> str:
+    """The learned clock of a lengthwise server as a cost profile file ("" for vLLM)."""
+    if system.kind != "lengthwise":
+        return ""
+    from bench import costfile, learned
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{system.label}-{tag}.json"
+    try:
+        costfile.save(learned.fetch(server.base_url, path.stem), path)
+    except ValueError as exc:  # nothing learned
+        print(f"no learned clock: {exc}", flush=True)
+        return ""
+    return str(path)
 
 
 def _drive(server: Server, args: argparse.Namespace, rate: float, opts: ClientOptions,
@@ -185,7 +236,7 @@ def measure_capacity(settings: Settings, args: argparse.Namespace, out: Path) ->
 
 def run_compare(args: argparse.Namespace) -> int:
     from bench.plots import plot_all
-    from bench.report import markdown_table
+    from bench.report import markdown_table, ratio_table
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -193,6 +244,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.client == "vllm" and any(s.client_priority != "none" for s in systems):
         raise SystemExit("--client vllm cannot send a per-request priority: drop vllm-priority")
     settings = Settings(model=args.model.resolve(), max_num_seqs=args.max_num_seqs,
+                        max_running=args.max_running, num_gpu_blocks_override=args.kv_blocks,
                         max_model_len=args.max_model_len, trust_budget=args.natural,
                         extra_toml=args.extra_toml.read_text() if args.extra_toml else "")
     spec = workload.spec_from_args(args)
@@ -201,7 +253,8 @@ def run_compare(args: argparse.Namespace) -> int:
     results = CompareResults(model=args.model.name, max_num_seqs=args.max_num_seqs,
                              workload=spec, natural=args.natural, startup_s={}, runs=[],
                              sample=workload.sample_label(spec), repeats=args.repeats,
-                             client=args.client)
+                             client=args.client, max_running=args.max_running,
+                             kv_blocks=args.kv_blocks)
     if args.load:
         results.capacity_rps = measure_capacity(settings, args, out)
         rates = [round(float(x) * results.capacity_rps, 3) for x in args.load.split(",") if x]
@@ -214,7 +267,7 @@ def run_compare(args: argparse.Namespace) -> int:
         (out / "results.json").write_bytes(msgspec.json.encode(results))  # survive a crash
     results.aggregates = aggregate(results.runs)
     (out / "results.json").write_bytes(msgspec.json.encode(results))
-    table = markdown_table(results.aggregates)
+    table = markdown_table(results.aggregates) + "\n" + ratio_table(results.aggregates)
     (out / "results.md").write_text(table)
     plot_all(results.aggregates, out)
     print(table)

@@ -106,6 +106,7 @@ def system(args: argparse.Namespace, name: str) -> tuple[System, Settings]:
     settings: model, dtype, max_num_seqs, KV GiB and the KV cut, prefix caching on, the same
     cores for the engine's threads."""
     settings = Settings(model=Path(args.model), dtype=args.dtype, max_num_seqs=args.max_running,
+                        max_running=str(args.max_running),  # by count: its measured setting
                         max_model_len=args.max_model_len,
                         num_gpu_blocks_override=args.blocks, cpu_bind=args.cpu_bind,
                         startup_timeout_s=900.0,  # a spawned engine: minutes on a busy host

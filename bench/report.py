@@ -49,3 +49,41 @@ def markdown_table(runs: Sequence[_Run], baseline: str = "vllm") -> str:
             f"| {_f(s.norm_latency * 1000, 1)} | {_cell(r, 'goodput_rps')} | {s.n_refused} "
             f"| {rel} |")
     return "\n".join(lines) + "\n"
+
+
+class _Spread(Protocol):
+    median: float
+    min: float
+    max: float
+
+
+def _count(spread: _Spread | None) -> str:
+    if spread is None:
+        return "–"
+    if spread.min == spread.max:
+        return f"{spread.median:g}"
+    return f"{spread.median:g} ({spread.min:g}–{spread.max:g})"
+
+
+def ratio_table(runs: Sequence[_Run], baseline: str = "vllm") -> str:
+    """Per (rate, system): medians as ratios to the baseline's medians at the same rate
+    (mean TTFT, mean and p99 JCT, output tokens/s), and the engine's own preemptions
+    (vLLM's vllm:num_preemptions_total) and lengthwise's policy preemptions, median
+    (min-max) over repetitions."""
+    base = {r.rate: r.summary for r in runs if r.system == baseline}
+    header = (f"| rate (req/s) | system | mean TTFT vs {baseline} | mean JCT vs {baseline} "
+              f"| p99 JCT vs {baseline} | tok/s vs {baseline} | engine preemptions "
+              "| policy preemptions |")
+    lines = [header, "|---" * 8 + "|"]
+    for r in sorted(runs, key=lambda r: (r.rate, r.system)):
+        ref, s = base.get(r.rate), r.summary
+
+        def rel(field: str, s: Summary = s, ref: Summary | None = ref) -> str:
+            value, den = getattr(s, field), getattr(ref, field) if ref else None
+            return f"{value / den:.2f}x" if den else "–"
+
+        lines.append(f"| {r.rate:g} | {r.system} | {rel('mean_ttft')} | {rel('mean_jct')} "
+                     f"| {rel('p99_jct')} | {rel('throughput_tps')} "
+                     f"| {_count(getattr(r, 'engine_preemptions', None))} "
+                     f"| {_count(getattr(r, 'policy_preemptions', None))} |")
+    return "\n".join(lines) + "\n"

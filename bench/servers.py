@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import httpx
@@ -16,12 +17,20 @@ import msgspec
 
 
 class System(msgspec.Struct, frozen=True):
-    spec: str  # as given: vllm | vllm-priority | lengthwise:POLICY
+    spec: str  # as given: vllm | vllm-priority | lengthwise:POLICY[+KEY=VALUE...]
     kind: str  # "vllm" | "lengthwise"
     policy: str  # lengthwise policy, or vLLM's scheduling policy
     # What the client sends as `priority`: vLLM's priority scheduler has no predictor, so
     # it gets the true length as priority (an oracle hint: its best case).
     client_priority: str
+    # lengthwise config overrides of this system alone: dotted key -> TOML value text
+    # (`lengthwise:blend+policies.blend.beta=2+scheduler.engine_queue=1`).
+    overrides: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The spec as a file name part."""
+        return self.spec.replace(":", "-").replace("+", "_").replace("=", "-")
 
 
 def parse_system(spec: str) -> System:
@@ -29,15 +38,23 @@ def parse_system(spec: str) -> System:
         return System(spec, "vllm", "fcfs", "none")
     if spec == "vllm-priority":
         return System(spec, "vllm", "priority", "length")
-    kind, _, policy = spec.partition(":")
+    kind, _, rest = spec.partition(":")
+    policy, *sets = rest.split("+")
     if kind == "lengthwise" and policy:
-        return System(spec, "lengthwise", policy, "none")
+        overrides = tuple(tuple(item.split("=", 1)) for item in sets)
+        if any(len(pair) != 2 or not pair[0] for pair in overrides):
+            raise ValueError(f"{spec!r}: overrides are +KEY=VALUE (dotted keys)")
+        return System(spec, "lengthwise", policy, "none",
+                      overrides=overrides)  # type: ignore[arg-type]
     raise ValueError(f"unknown system {spec!r}: vllm | vllm-priority | lengthwise:POLICY")
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     model: Path
     max_num_seqs: int = 4
+    # lengthwise's [scheduler] max_running: "auto" (memory admission, the daemon's default)
+    # or a number of jobs per engine.
+    max_running: str = "auto"
     max_model_len: int = 2048
     kv_gib: int = 1
     dtype: str = "auto"
@@ -53,7 +70,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # False when the client forces each length through max_tokens: the daemon must not
     # read the truth off the budget (the benchmark knob scheduler.trust_budget).
     trust_budget: bool = True
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = 900.0  # a shared machine under load starts engines slowly
 
 
 def _free_port() -> int:
@@ -62,7 +79,23 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _overrides_toml(overrides: tuple[tuple[str, str], ...]) -> tuple[dict[str, str], str]:
+    """([scheduler] lines to add, other tables as TOML text) for a system's overrides."""
+    tables: dict[str, list[str]] = {}
+    for key, value in overrides:
+        table, _, name = key.rpartition(".")
+        try:
+            tomllib.loads(f"v = {value}")
+        except tomllib.TOMLDecodeError:
+            value = f'"{value}"'  # a bare word: a string
+        tables.setdefault(table, []).append(f"{name} = {value}")
+    scheduler = tables.pop("scheduler", [])
+    text = "".join(f"[{table}]\n" + "\n".join(lines) + "\n" for table, lines in tables.items())
+    return {"scheduler": "\n".join(scheduler)}, text
+
+
 def _lengthwise_config(system: System, s: Settings, port: int) -> str:
+    scheduler, tables = _overrides_toml(system.overrides)
     return f"""
 [server]
 port = {port}
@@ -76,11 +109,17 @@ cpu_kv_cache_gib = {s.kv_gib}
 vllm_args = {{ {_vllm_args(s)} }}
 [scheduler]
 policy = "{system.policy}"
-max_running = {s.max_num_seqs}
+max_running = {_max_running(s)}
 max_waiting = 100000
 trust_budget = {str(s.trust_budget).lower()}
+{scheduler["scheduler"]}
+{tables}
 {s.extra_toml}
 """
+
+
+def _max_running(s: Settings) -> str:
+    return '"auto"' if s.max_running == "auto" else str(int(s.max_running))
 
 
 def _vllm_args(s: Settings) -> str:
@@ -94,7 +133,7 @@ def _vllm_args(s: Settings) -> str:
 def command(system: System, s: Settings, port: int, workdir: Path) -> list[str]:
     """The command line that starts `system` (a lengthwise config is written to workdir)."""
     if system.kind == "lengthwise":
-        config = workdir / f"lengthwise-{system.policy}.toml"
+        config = workdir / f"{system.label}.toml"
         config.write_text(_lengthwise_config(system, s, port))
         return [str(Path(sys.executable).parent / "lengthwise"), "serve", "--config", str(config)]
     # Prefix caching is vLLM's default; explicit, as in the daemon's [engine].
@@ -120,13 +159,19 @@ def environment(s: Settings) -> dict[str, str]:
     return env
 
 
+def _counter(text: str, name: str) -> float:
+    """Sum of a Prometheus counter's samples in a /metrics text (0 if absent)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and line[len(name)] in " {")
+
+
 class Server:
     """One system in a subprocess (its own process group: vLLM spawns an engine process)."""
 
     def __init__(self, system: System, settings: Settings, workdir: Path) -> None:
         self.port = _free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.log_path = workdir / f"{system.spec.replace(':', '-')}.log"
+        self.log_path = workdir / f"{system.label}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 (open while the server runs)
         # A process group of its own (vLLM spawns engine processes; stop() signals them
         # all) but the client's session: a new session is a new scheduler autogroup on
@@ -154,6 +199,13 @@ class Server:
                 pass
             time.sleep(0.5)
         raise TimeoutError(f"server not ready after {self.timeout_s} s; see {self.log_path}")
+
+    def preemptions(self) -> tuple[float, float]:
+        """(the engine's own preemptions, vLLM's `vllm:num_preemptions_total`, which both
+        servers export; lengthwise's policy preemptions, 0 for vLLM's server) so far."""
+        text = httpx.get(self.base_url + "/metrics", timeout=10).text
+        return _counter(text, "vllm:num_preemptions_total"), _counter(
+            text, "lengthwise_preemptions_total")
 
     def stop(self, timeout_s: float = 60.0) -> None:
         if self.proc.poll() is None:

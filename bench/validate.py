@@ -1,8 +1,12 @@
 """Simulated vs real: replay the workload of every lengthwise run of a `bench compare`
-results.json in the simulator (same seed, rate, policy and batch size, the engine's fitted
-profile) and report the relative error of mean and p99 JCT.
+results.json in the simulator (same prompts and lengths, the arrival times the run's client
+actually sent, the same policy, overrides, admission and KV blocks) on a cost profile, and
+report the relative error of mean and p99 JCT.
 
-    python -m bench.validate --results OUT/results.json --profile bench/profiles/X.json
+    python -m bench.validate --results OUT/results.json [--profile bench/profiles/X.json]
+
+The profile is each run's own learned clock (compare saves it at the end of every lengthwise
+run, OUT/learned/) unless --profile names one for all.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from bench import costfile, workload
 from bench.compare import CompareResults
 from bench.metrics import summarize
 from bench.sim import SimOptions, predictions, simulate
-from bench.sim.overrides import build_config
+from bench.sim.overrides import build_config, build_sim, split_sim
 
 
 class Row(msgspec.Struct, kw_only=True):
@@ -40,23 +44,46 @@ class Row(msgspec.Struct, kw_only=True):
 
 
 def _predictor_for(policy: str, predictor: str) -> str:
-    if policy.startswith("oracle"):
-        return "oracle"
-    return "none" if policy == "fcfs" else predictor
+    """The daemon predicts every job, fcfs's too: memory admission reads the predictions."""
+    return "oracle" if policy.startswith("oracle") else predictor
 
 
-def validate(results: CompareResults, profile: costfile.Profile, predictor: str) -> list[Row]:
+VLLM_CPU_BLOCK_TOKENS = 128  # vLLM's CPU backend's KV block: --kv-blocks count these
+
+
+def _overrides(results: CompareResults, system: str) -> list[str]:
+    policy, *sets = system.partition(":")[2].split("+")
+    running = results.max_running if results.max_running == "auto" else int(results.max_running)
+    out = [f"scheduler.policy={policy}", f"scheduler.max_running={running}",
+           f"engine.max_num_seqs={results.max_num_seqs}", *sets]
+    if results.kv_blocks:  # the engine reports one block fewer than the override
+        out.append(f"sim.kv_capacity_tokens={(results.kv_blocks - 1) * VLLM_CPU_BLOCK_TOKENS}")
+    return out
+
+
+def _as_sent(requests: list[workload.Request], run_requests: list) -> list[workload.Request]:
+    """The workload with the arrival times the run's client sent (vLLM's client draws its
+    own), where the run recorded them."""
+    sent = {q.index: q.arrival_s for q in run_requests}
+    return [msgspec.structs.replace(r, arrival_s=sent.get(r.index, r.arrival_s))
+            for r in requests]
+
+
+def validate(results: CompareResults, profile: costfile.Profile | None,
+             predictor: str) -> list[Row]:
     rows = []
     for run in results.runs:
-        kind, _, policy = run.system.partition(":")
+        kind, _, rest = run.system.partition(":")
         if kind != "lengthwise":
             continue
+        policy = rest.split("+")[0]
         spec = msgspec.structs.replace(results.workload, rate=run.rate)
-        requests = workload.build(spec)
-        config = build_config(overrides=[f"scheduler.policy={policy}",
-                                         f"scheduler.max_running={results.max_num_seqs}"])
-        opts = SimOptions(config=config, sim=profile.sim, natural=results.natural,
-                          max_model_len=spec.max_model_len)
+        requests = _as_sent(workload.build(spec), run.requests)
+        config_sets, sim_sets = split_sim(_overrides(results, run.system))
+        config = build_config(overrides=config_sets)
+        used = profile or costfile.load(run.learned_profile)
+        opts = SimOptions(config=config, sim=build_sim(used.sim, sim_sets),
+                          natural=results.natural, max_model_len=spec.max_model_len)
         simulated = simulate(requests, predictions(requests, _predictor_for(policy, predictor),
                                                    spec.seed), opts).results
         sim = summarize(simulated)
@@ -81,14 +108,16 @@ def table(rows: list[Row]) -> str:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.validate", description=__doc__)
     p.add_argument("--results", type=Path, required=True)
-    p.add_argument("--profile", type=Path, required=True)
+    p.add_argument("--profile", type=Path,
+                   help="one cost profile for every run (default: each run's learned clock)")
     p.add_argument("--predictor", default="predictor/models/default",
                    help="predictor the daemon ran with (for non-oracle length policies)")
     p.add_argument("--out", type=Path, help="write the markdown table here too")
     p.add_argument("--plot", type=Path, help="PNG: real and simulated JCT CDFs, per run")
     args = p.parse_args(argv)
     results = msgspec.json.decode(args.results.read_bytes(), type=CompareResults)
-    rows = validate(results, costfile.load(args.profile), args.predictor)
+    rows = validate(results, costfile.load(args.profile) if args.profile else None,
+                    args.predictor)
     text = table(rows)
     if args.out:
         args.out.write_text(text)

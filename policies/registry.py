@@ -12,6 +12,7 @@ import msgspec
 from daemon.core.costmodel import CostModel
 from daemon.core.policy import Policy
 from policies.alise import ALISE
+from policies.blend import Blend, OracleBlend
 from policies.fcfs import FCFS
 from policies.hrrn import HRRN
 from policies.isrtf import ISRTF, OracleSRPT
@@ -19,7 +20,8 @@ from policies.scls import SCLS
 from policies.ssjf import SSJF, OracleSJF
 
 _POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (FCFS, SSJF, HRRN, ISRTF, ALISE, SCLS, OracleSJF, OracleSRPT)}
+    cls.name: cls for cls in (FCFS, SSJF, HRRN, ISRTF, ALISE, SCLS, Blend, OracleSJF, OracleSRPT,
+                              OracleBlend)}
 
 
 def names() -> list[str]:

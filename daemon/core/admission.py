@@ -13,6 +13,14 @@ MIN_OBSERVED were seen. A running job past its estimate counts its context plus 
 A lane with nothing running admits any job: one bigger than the cache is the engine's
 to handle.
 
+What must fit is the *peak* of the running set's projected KV, not the sum of the
+footprints: job i holds its context c_i + t at t steps from now until its answer ends at
+r_i (its footprint minus its context), then frees it, so the set holds
+sum over {i: r_i >= t} of (c_i + t), largest at one of the r_k. Jobs end at different
+times, so the peak is below the sum (the sum assumes every job at its longest at once),
+and the cache is not left idle for the jobs admitted to it. (LightLLM's past-future
+scheduler projects future memory the same way.)
+
 The executor reports what its engine holds (a Capacity event: when it starts, after each
 restart); until then a lane admits by count only.
 """
@@ -36,33 +44,57 @@ class KVLedger:
     """The KV tokens reserved for each running job of one lane and their sum in blocks,
     one O(1) update per change."""
 
-    __slots__ = ("_of", "block_size", "blocks")
+    __slots__ = ("_context", "_of", "block_size", "blocks")
 
     def __init__(self) -> None:
         self.block_size = 16  # tokens per block: the engine's, once reported
-        self.blocks = 0  # reserved by the running jobs
+        self.blocks = 0  # reserved by the running jobs (the sum of their footprints)
         self._of: dict[str, tuple[float, int]] = {}  # job id -> (tokens, blocks)
+        self._context: dict[str, int] = {}  # job id -> its context now (tokens)
 
     def blocks_for(self, tokens: float) -> int:
         return max(math.ceil(tokens / self.block_size), 1)
 
-    def reserve(self, job_id: str, tokens: float) -> None:
-        """Set the job's reservation (replacing any earlier one)."""
+    def reserve(self, job_id: str, tokens: float, context_tokens: int | None = None) -> None:
+        """Set the job's reservation (replacing any earlier one) and, if given, its context
+        now (else the one it had; 0 for a job never seen)."""
+        context = self._context.get(job_id, 0) if context_tokens is None else context_tokens
         self.remove(job_id)
         blocks = self.blocks_for(tokens)
         self._of[job_id] = (tokens, blocks)
+        self._context[job_id] = context
         self.blocks += blocks
 
     def grow(self, job_id: str, context_tokens: int) -> None:
         """The job's context grew: a job past its reservation reserves one block more."""
         held = self._of.get(job_id)
-        if held is not None and context_tokens + 1 > held[0]:
+        if held is None:
+            return
+        self._context[job_id] = context_tokens
+        if context_tokens + 1 > held[0]:
             self.reserve(job_id, context_tokens + self.block_size)
 
     def remove(self, job_id: str) -> None:
         held = self._of.pop(job_id, None)
+        self._context.pop(job_id, None)
         if held is not None:
             self.blocks = self.blocks - held[1] if self._of else 0
+
+    def peak_blocks(self, extra: tuple[int, float] | None = None) -> int:
+        """Blocks the running jobs (and `extra`: a job's context and footprint, tokens)
+        hold at the peak of their projected KV (module doc), each job's partial block
+        counted whole. O(n log n)."""
+        jobs = [(self._context[job_id], tokens) for job_id, (tokens, _) in self._of.items()]
+        if extra is not None:
+            jobs.append(extra)
+        # (answer tokens left, context now), longest answer first
+        ends = sorted(((max(tokens - context, 0.0), context) for context, tokens in jobs),
+                      reverse=True)
+        peak, contexts = 0.0, 0.0
+        for active, (rest, context) in enumerate(ends, start=1):
+            contexts += context
+            peak = max(peak, (contexts + active * rest) / self.block_size + active)
+        return math.ceil(peak)
 
     def __len__(self) -> int:
         return len(self._of)
@@ -111,8 +143,10 @@ class Footprints:
         return job.num_prompt_tokens + generated + rest
 
 
-def fits(capacity: Capacity | None, ledger: KVLedger, running: int, tokens: float) -> bool:
-    """Whether a job of `tokens` fits beside the lane's `running` jobs."""
+def fits(capacity: Capacity | None, ledger: KVLedger, running: int, tokens: float,
+         context_tokens: int = 0) -> bool:
+    """Whether a job of footprint `tokens` (`context_tokens` of them its context now) fits
+    beside the lane's `running` jobs: the peak of their projected KV with it."""
     if capacity is None or running == 0:
         return True
-    return ledger.blocks + ledger.blocks_for(tokens) <= capacity.kv_blocks
+    return ledger.peak_blocks((context_tokens, tokens)) <= capacity.kv_blocks

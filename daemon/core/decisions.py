@@ -67,10 +67,11 @@ def lane_that_fits(job: Job, lane: Lane, kv_tokens: float, lanes: Sequence[Lane]
     """`lane` if the job's KV footprint fits there now (memory admission; always by count
     only); else the policy's choice among the other lanes with a free slot where it fits;
     None when it fits nowhere yet."""
-    if lane.fits(kv_tokens):
+    context = job.num_prompt_tokens + job.num_generated_tokens
+    if lane.fits(kv_tokens, context):
         return lane
     others = {other.name: other for other in lanes
-              if other is not lane and other.free_slots > 0 and other.fits(kv_tokens)}
+              if other is not lane and other.free_slots > 0 and other.fits(kv_tokens, context)}
     if not others:
         return None
     return others.get(policy.choose_executor(job, list(others.values())).name)

@@ -51,6 +51,7 @@ class Estimates:
         prior."""
         for lane in self.lanes:
             lane.set_capacity(None, config.fixed_running)
+            lane.spare = config.engine_queue
         if policy.cost is not self.policy.cost or policy is self.policy:
             self.prior = policy.cost
             for lane in self.lanes:
@@ -88,7 +89,9 @@ class Estimates:
         Measured in the simulator (docs/policies.md): a bound proportional to each job's
         *own* service time loses to one uniform across jobs on both mean and p99, since
         the tail is made of waits in bursts, not of long service; the uniform bound still
-        scales with the workload (seconds for chat answers, minutes for long reports)."""
+        scales with the workload (seconds for chat answers, minutes for long reports).
+        A policy may add a share of its own (Policy.own_wait_s: blend's beta x the job's
+        own service), which its order already promises."""
         aging, policy = self.config.aging, self.policy
         self._keyed = (policy.cost, policy.batch_hint)
         if not (aging.enabled and policy.aged):
@@ -99,7 +102,7 @@ class Estimates:
 
         def bound(job: Job) -> float:
             typical = self.typical_service_s or self.policy.service_s(job)
-            return min(high, max(low, k * typical))
+            return min(high, max(low, k * typical + policy.own_wait_s(job)))
 
         return bound
 

@@ -59,6 +59,9 @@ class Lane:
     # Admission cap by count: scheduler.max_running, or the engine's max_num_seqs when it is
     # "auto" (changes on reload and with the engine's report).
     max_running: int
+    # Jobs handed to the engine beyond max_running, to wait in its own queue
+    # (scheduler.engine_queue).
+    spare: int = 0
     running: dict[str, Job] = field(default_factory=dict)  # launched, not yet stopped
     # Predicted work of the running jobs, kept in step with them (load(), placement).
     work: RunningWork = field(default_factory=RunningWork)
@@ -77,16 +80,17 @@ class Lane:
     def free_slots(self) -> int:
         if self.down_reason is not None or self._memory_full():
             return 0
-        return max(self.max_running - len(self.running), 0)
+        return max(self.max_running + self.spare - len(self.running), 0)
 
     def _memory_full(self) -> bool:
         return (self.memory_bound and self.capacity is not None and bool(self.running)
-                and self.kv.blocks >= self.capacity.kv_blocks)
+                and self.kv.peak_blocks() >= self.capacity.kv_blocks)
 
-    def fits(self, kv_tokens: float) -> bool:
-        """Whether a job with this KV footprint may join now (always, by count only)."""
-        return not self.memory_bound or admission.fits(self.capacity, self.kv,
-                                                       len(self.running), kv_tokens)
+    def fits(self, kv_tokens: float, context_tokens: int = 0) -> bool:
+        """Whether a job with this KV footprint (`context_tokens` of it its context now)
+        may join now (always, by count only)."""
+        return not self.memory_bound or admission.fits(
+            self.capacity, self.kv, len(self.running), kv_tokens, context_tokens)
 
     def engine_changed(self, event: EngineDown | EngineUp | EngineFailed | Capacity,
                        fixed_running: int | None) -> None:
@@ -144,7 +148,7 @@ class Lane:
     def admit(self, job: Job, kv_tokens: float = 0.0) -> None:
         self.running[job.job_id] = job
         self.work.add(job)
-        self.kv.reserve(job.job_id, kv_tokens)
+        self.kv.reserve(job.job_id, kv_tokens, job.num_prompt_tokens + job.num_generated_tokens)
 
     def release(self, job_id: str) -> Job | None:
         """Take a job out (it stopped); None if it is not here (a stale report). A lane

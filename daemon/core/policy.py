@@ -112,6 +112,12 @@ class Policy:
         context = job.num_prompt_tokens + job.num_generated_tokens
         return self.cost.wall_s(context, context, self.remaining_tokens(job), self.batch_hint)
 
+    def own_wait_s(self, job: Job) -> float:
+        """Seconds of wait the policy itself may add to this job, on top of the core's
+        uniform bound (slowdown x the typical service): its aging bound is the sum. 0 for
+        most; blend: beta x the job's own service, so its bound is relative to the job."""
+        return 0.0
+
     def order_key(self, job: Job) -> float:
         """Rank among waiting jobs of the same priority class; lower runs first.
 

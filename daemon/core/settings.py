@@ -50,8 +50,8 @@ class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
 
 
 class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    # Policy name from the registry in policies/: fcfs, ssjf, hrrn, isrtf, alise, scls;
-    # oracle-sjf and oracle-srpt need true lengths (benchmarks only).
+    # Policy name from the registry in policies/: blend, fcfs, ssjf, hrrn, isrtf, alise,
+    # scls; oracle-sjf, oracle-srpt and oracle-blend need true lengths (benchmarks only).
     policy: str = "fcfs"
     # Jobs admitted to one executor at once; the rest wait in lengthwise, where the policy
     # orders them. "auto": as many as the engine's KV cache holds at their predicted
@@ -73,12 +73,16 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
                          BENCH_KNOB] = "predicted"
     # Memory admission's upper estimate of an answer: this quantile of its predicted length
     # (where the predictor has a quantile head covering it; the shipped one has 0.1-0.9) ...
-    admission_quantile: Annotated[float, msgspec.Meta(gt=0, lt=1), BENCH_KNOB] = 0.9
+    admission_quantile: Annotated[float, msgspec.Meta(gt=0, lt=1), BENCH_KNOB] = 0.5
     # ... else the point prediction times this.
     upper_factor: Annotated[float, msgspec.Meta(ge=1), BENCH_KNOB] = 2.0
     # Learn each engine's step times from the steps it serves (core/clock.py); off: every
     # estimate stays on the configured cost model (to measure what learning buys).
     learn_clock: Annotated[bool, BENCH_KNOB] = True
+    # Jobs per engine handed to it beyond max_running: they wait in the engine's own
+    # priority queue, in the policy's order (its engine priority), so a slot that frees
+    # refills at the engine's next step instead of after a round trip through the core.
+    engine_queue: Annotated[int, _NonNegative, BENCH_KNOB] = 0
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -9,15 +10,15 @@ import pytest
 from bench.compare import RunRecord, aggregate, run_order
 from bench.metrics import RequestResult, summarize
 from bench.plots import plot_all
-from bench.report import markdown_table
-from bench.servers import parse_system
+from bench.report import markdown_table, ratio_table
+from bench.servers import Settings, _counter, _lengthwise_config, parse_system
 
 
 def test_systems_alternate_within_each_repetition() -> None:
     systems = [parse_system(s) for s in ("vllm", "lengthwise:fcfs", "lengthwise:ssjf")]
     order = [(k, s.spec) for k, s in run_order(systems, 2)]
     assert order == [(0, "vllm"), (0, "lengthwise:fcfs"), (0, "lengthwise:ssjf"),
-                     (1, "vllm"), (1, "lengthwise:fcfs"), (1, "lengthwise:ssjf")]
+                     (1, "lengthwise:fcfs"), (1, "lengthwise:ssjf"), (1, "vllm")]
 
 
 def _run(system: str, repeat: int, jct: float) -> RunRecord:
@@ -42,3 +43,39 @@ def test_medians_with_min_max_per_system_and_rate(tmp_path: Path) -> None:
     assert "+5.0 %" in table  # median vs median
     paths = plot_all(list(aggs.values()), tmp_path)
     assert all(p.stat().st_size > 0 for p in paths)
+
+
+def test_preemptions_are_aggregated_and_the_ratio_table_reads_them() -> None:
+    runs = [_run(s, k, jct) for k, jcts in enumerate([(2.0, 1.0), (2.0, 1.2), (2.0, 1.1)])
+            for s, jct in zip(("vllm", "lengthwise:blend"), jcts, strict=True)]
+    for run in runs:
+        run.engine_preemptions = 100.0 + run.repeat if run.system == "vllm" else run.repeat
+    aggs = {a.system: a for a in aggregate(runs)}
+    blend = aggs["lengthwise:blend"].engine_preemptions
+    assert blend is not None and (blend.median, blend.min, blend.max) == (1.0, 0.0, 2.0)
+    table = ratio_table(list(aggs.values()))
+    assert "| 5 | lengthwise:blend | 0.55x | 0.55x | 0.55x | 1.22x | 1 (0–2) | 0 |" in table
+    assert "| 5 | vllm | 1.00x | 1.00x | 1.00x | 1.00x | 101 (100–102) | 0 |" in table
+
+
+def test_a_lengthwise_system_may_carry_its_own_overrides() -> None:
+    system = parse_system("lengthwise:blend+policies.blend.beta=2+scheduler.engine_queue=1"
+                          "+scheduler.aging.slowdown=3")
+    assert system.policy == "blend" and system.kind == "lengthwise"
+    config = tomllib.loads(_lengthwise_config(system, Settings(model=Path("m")), 1))
+    assert config["scheduler"]["engine_queue"] == 1
+    assert config["scheduler"]["aging"] == {"slowdown": 3}
+    assert config["policies"]["blend"] == {"beta": 2}
+    assert config["scheduler"]["max_running"] == "auto"  # the daemon's default
+    assert "+" not in system.label and ":" not in system.label
+    with pytest.raises(ValueError, match="overrides"):
+        parse_system("lengthwise:blend+beta")
+
+
+def test_counters_are_summed_over_their_labels() -> None:
+    text = ('vllm:num_preemptions_total{engine="0"} 3.0\nvllm:num_preemptions_total{engine="1"}'
+            ' 4.0\nvllm:num_preemptions_created 1.7e9\nlengthwise_preemptions_total{executor="'
+            'cpu-0"} 2.0\n')
+    assert _counter(text, "vllm:num_preemptions_total") == 7.0
+    assert _counter(text, "lengthwise_preemptions_total") == 2.0
+    assert _counter(text, "absent_total") == 0.0

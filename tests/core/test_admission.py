@@ -177,3 +177,27 @@ def test_the_ledger_sums_to_zero_when_empty() -> None:
     ledger.remove("b")
     ledger.remove("b")
     assert ledger.blocks == 0 and len(ledger) == 0
+
+
+def test_the_peak_of_the_projected_kv_is_below_the_sum_of_footprints() -> None:
+    """Two jobs of 100-token contexts, one ending in 10 steps, one in 300: at most they
+    hold 110 + 110 tokens together (then the first frees its blocks) and 400 alone, so
+    the peak is the second's 400 (+ partial blocks), not the sum 510."""
+    ledger = KVLedger()
+    ledger.block_size = 10
+    ledger.reserve("short", 110, context_tokens=100)
+    ledger.reserve("long", 400, context_tokens=100)
+    assert ledger.blocks == 11 + 40
+    assert ledger.peak_blocks() == 40 + 1  # one partial block counted whole
+    # a third job of context 50 ending in 200 steps: at t = 200 it holds 250, long 300
+    assert ledger.peak_blocks((50, 250)) == 55 + 2
+    # jobs that all end together peak at the sum
+    same = KVLedger()
+    same.block_size = 10
+    for name in "abc":
+        same.reserve(name, 100, context_tokens=40)
+    assert same.peak_blocks() == 30 + 3
+    ledger.grow("short", 105)  # its context grew; its end is 5 steps closer
+    assert ledger.peak_blocks() == 40 + 1
+    ledger.remove("long")
+    assert ledger.peak_blocks() == 11 + 1

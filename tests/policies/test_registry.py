@@ -16,6 +16,7 @@ from daemon.core.policy import class_rank
 from daemon.policysetup import make_policy
 from policies import registry
 from policies.alise import ALISEParams
+from policies.blend import BlendParams
 from policies.isrtf import ISRTF, ISRTFParams
 from policies.scls import SCLSParams
 
@@ -24,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_policies_own_their_sections_and_never_import_the_daemon_config() -> None:
     sections = registry.sections()
-    assert sections == {"isrtf": ISRTFParams, "alise": ALISEParams, "scls": SCLSParams}
+    assert sections == {"isrtf": ISRTFParams, "alise": ALISEParams, "scls": SCLSParams,
+                        "blend": BlendParams}
     assert {f.name: f.type for f in msgspec.structs.fields(PoliciesConfig)} == sections
     code = ("import sys, policies.registry, policies.ssjf; "
             "sys.exit('daemon.config' in sys.modules)")
@@ -33,7 +35,8 @@ def test_policies_own_their_sections_and_never_import_the_daemon_config() -> Non
 
 def test_registry_builds_every_policy_from_config() -> None:
     assert registry.names() == sorted(
-        ["fcfs", "ssjf", "hrrn", "isrtf", "alise", "scls", "oracle-sjf", "oracle-srpt"])
+        ["fcfs", "ssjf", "hrrn", "isrtf", "alise", "scls", "blend", "oracle-sjf",
+         "oracle-srpt", "oracle-blend"])
     loaded = decode('[policies.isrtf]\nmax_preemptions = 5\n[scheduler]\npolicy = "isrtf"\n',
                     bench_knobs=True)
     assert make_policy(loaded, "isrtf").max_preemptions == 5
@@ -46,8 +49,8 @@ def test_registry_builds_every_policy_from_config() -> None:
 
 def test_only_the_oracles_are_benchmark_only() -> None:
     assert [name for name in registry.names() if registry.benchmark_only(name)] == [
-        "oracle-sjf", "oracle-srpt"]
-    with pytest.raises(ValueError, match=r"unknown policy 'lifo'; known: \['alise', "):
+        "oracle-blend", "oracle-sjf", "oracle-srpt"]
+    with pytest.raises(ValueError, match=r"unknown policy 'lifo'; known: \[.alise., .blend., "):
         registry.benchmark_only("lifo")
 
 

@@ -96,10 +96,15 @@ async def stream(answer: Answer, opts: Options, chosen: str | NamedToolChoice, e
         return render.sse(ChatCompletionChunk(answer.id, created, opts.model, choices, usage))
 
     try:
-        # The role chunk first, as vLLM does: clients time TTFT from the first chunk.
-        yield chunk([ChatChunkChoice(c.index, Delta(role="assistant", content=echo))
-                     for c in answer.choices])
+        # The role chunk first, with the first output as vLLM does: clients time TTFT from
+        # the first chunk, so it must not leave before the engine's first token.
+        head: bytes | None = chunk([ChatChunkChoice(c.index, Delta(role="assistant",
+                                                                   content=echo))
+                                    for c in answer.choices])
         async for c, item in answer.outputs():
+            if head is not None:
+                yield head
+                head = None
             if isinstance(item, TokenDelta):
                 c.take(item)
                 piece = None if constrained else render.chat_piece(c, opts, item)

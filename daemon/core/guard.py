@@ -18,18 +18,26 @@ from daemon.core.waitqueue import WaitQueue
 LOOKAHEAD = 64  # waiting jobs, by deadline, whose starts the guard estimates
 
 
+def list_starts(slots: list[float], services: list[float]) -> list[float]:
+    """When each job (its service seconds) starts, jobs started in the given order each on
+    the earliest free of `slots` (seconds from now until each frees); list scheduling, as
+    the guard and admission's forecasts (core/slo.py) estimate starts."""
+    free = list(slots)
+    heapq.heapify(free)
+    out = []
+    for service in services:
+        start = heapq.heappop(free)
+        out.append(start)
+        heapq.heappush(free, start + service)
+    return out
+
+
 def starts_within(deadlines: list[float], services: list[float], slots: list[float],
                   now: float) -> list[bool]:
     """Whether each job (its deadline and service seconds), started in the given order on
     the earliest free of `slots` (seconds from now until each frees), starts in time."""
-    free = list(slots)
-    heapq.heapify(free)
-    out = []
-    for deadline, service in zip(deadlines, services, strict=True):
-        start = heapq.heappop(free)
-        out.append(now + start <= deadline)
-        heapq.heappush(free, start + service)
-    return out
+    starts = list_starts(slots, services)
+    return [now + start <= deadline for start, deadline in zip(starts, deadlines, strict=True)]
 
 
 def overrule(pick: Job, waiting: WaitQueue, service: Callable[[Job], float],

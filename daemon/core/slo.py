@@ -15,11 +15,11 @@ guard does, core/guard.py).
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from daemon.core.guard import list_starts
 from daemon.core.job import Job
 from daemon.core.lanes import Lane
 from daemon.core.policy import Policy
@@ -94,13 +94,9 @@ def running_left_s(job: Job, policy: Policy, batch: int) -> float:
 def start_in(free: Sequence[float], services: Iterable[float]) -> float:
     """Seconds until a slot frees for a job that starts after jobs of `services` seconds,
     each started on the earliest free slot in turn; inf with no slot."""
-    heap = list(free)
-    if not heap:
+    if not free:
         return math.inf
-    heapq.heapify(heap)
-    for service in services:
-        heapq.heappush(heap, heapq.heappop(heap) + service)
-    return heap[0]
+    return list_starts(list(free), [*services, 0.0])[-1]
 
 
 def refusal(job: Job, start_s: float, policy: Policy, decode_step_s: float) -> Refusal | None:

@@ -84,8 +84,9 @@ def validate(results: CompareResults, profile: costfile.Profile | None,
         used = profile or costfile.load(run.learned_profile)
         opts = SimOptions(config=config, sim=build_sim(used.sim, sim_sets),
                           natural=results.natural, max_model_len=spec.max_model_len)
-        simulated = simulate(requests, predictions(requests, _predictor_for(policy, predictor),
-                                                   spec.seed), opts).results
+        estimates = predictions(requests, _predictor_for(policy, predictor), spec.seed,
+                                config.scheduler.admission_quantile)
+        simulated = simulate(requests, estimates, opts).results
         sim = summarize(simulated)
         rows.append(Row(system=run.system, rate=run.rate, real_mean_jct=run.summary.mean_jct,
                         sim_mean_jct=sim.mean_jct, real_p99_jct=run.summary.p99_jct,

@@ -31,7 +31,7 @@ from bench.fleet import report
 from bench.fleet.run import FleetPoint, capacity_rps, run_point
 from bench.pool import run_pool
 from bench.sim.cli import add_config_arguments, config_from_args, sim_from_args
-from bench.sim.predictions import PREDICTORS, predictions
+from bench.sim.predictions import PREDICTORS, Estimate, predictions
 from bench.sim.run import SimOptions
 from daemon.config import Config, ConfigError, slots_per_engine
 
@@ -80,7 +80,7 @@ def _options(args: argparse.Namespace, config: Config, executors: int) -> SimOpt
                       natural=args.natural, max_model_len=args.max_model_len, seed=args.seed)
 
 
-def _requests(args: argparse.Namespace) -> tuple[list[workload.Request], list[float | None]]:
+def _requests(args: argparse.Namespace) -> tuple[list[workload.Request], list[Estimate]]:
     """The requests at 1 req/s and their predictions; prompt texts are dropped afterwards
     (the simulator needs only token counts, and the requests are pickled to the workers)."""
     requests = workload.build(workload.spec_from_args(args, rate=1.0))

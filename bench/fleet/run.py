@@ -12,6 +12,7 @@ import numpy as np
 
 from bench import workload
 from bench.metrics import RequestResult, Summary, summarize
+from bench.sim.predictions import Estimate
 from bench.sim.run import SimOptions, simulate
 from daemon.config import Config
 
@@ -57,7 +58,7 @@ def with_placement(config: Config, placement: str) -> Config:
 
 
 def run_point(binding: str, placement: str, offered_rps: float,
-              requests: Sequence[workload.Request], preds: Sequence[float | None],
+              requests: Sequence[workload.Request], preds: Sequence[Estimate],
               opts: SimOptions) -> FleetPoint:
     """One size under one placement (a module-level function: run in a process pool)."""
     if binding == "router":
@@ -118,6 +119,6 @@ def capacity_rps(requests: Sequence[workload.Request], opts: SimOptions) -> floa
     opts = msgspec.structs.replace(opts, config=msgspec.structs.replace(opts.config,
                                                                        scheduler=fcfs))
     burst = [msgspec.structs.replace(r, arrival_s=0.0) for r in requests]
-    results = simulate(burst, [None] * len(burst), opts).results
+    results = simulate(burst, [Estimate(None)] * len(burst), opts).results
     last_start = max(r.ttft_s for r in results if r.ok)
     return sum(r.ok and r.jct_s <= last_start for r in results) / last_start

@@ -22,7 +22,7 @@ from bench.frontier.run import ALONE_GAP_S, Outcome, alone, calibrate, run_all
 from bench.frontier.systems import BASELINE, DEFAULT_SYSTEMS, parse_system, with_baseline
 from bench.metrics import summarize
 from bench.sim.cli import add_config_arguments, add_sim_arguments, config_from_args, sim_options
-from bench.sim.predictions import predictions
+from bench.sim.predictions import Estimate, predictions
 from bench.sim.run import SimOptions, simulate
 from daemon.config import ConfigError, slots_per_engine
 
@@ -52,12 +52,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    cap=256, rate=None, profile=STACK_PROFILE, max_running=4, natural=True)
 
 
-def _mean_jct(requests: list[workload.Request], preds: list[float | None],
+def _mean_jct(requests: list[workload.Request], preds: list[Estimate],
               opts: SimOptions) -> float:
     return summarize(simulate(requests, preds, opts).results).mean_jct
 
 
-def unloaded_mean_jct(requests: list[workload.Request], preds: list[float | None],
+def unloaded_mean_jct(requests: list[workload.Request], preds: list[Estimate],
                       opts: SimOptions) -> float:
     """Mean JCT of the requests each served alone (FCFS, an empty system)."""
     results = simulate(alone(requests), preds, opts).results
@@ -66,7 +66,7 @@ def unloaded_mean_jct(requests: list[workload.Request], preds: list[float | None
     return summarize(results).mean_jct
 
 
-def choose_rate(requests: list[workload.Request], preds: list[float | None], opts: SimOptions,
+def choose_rate(requests: list[workload.Request], preds: list[Estimate], opts: SimOptions,
                 target: float, unloaded: float) -> tuple[float, float]:
     """(rate, FCFS mean JCT / unloaded there) for requests drawn at rate 1."""
     slots = opts.executors * slots_per_engine(opts.config)
@@ -86,8 +86,9 @@ def run_frontier(args: argparse.Namespace) -> int:
     spec = workload.spec_from_args(args, rate=args.rate or _CALIBRATE_RATE)
     workload.warn_sample(spec)
     requests = workload.build(spec)
-    preds = predictions(requests, args.predictor, args.seed)
     fcfs = sim_options(args, configs[0][2])
+    preds = predictions(requests, args.predictor, args.seed,
+                        fcfs.config.scheduler.admission_quantile)
     unloaded = unloaded_mean_jct(requests, preds, fcfs)
     if target:
         rate, _ = choose_rate(requests, preds, fcfs, target, unloaded)

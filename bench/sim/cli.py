@@ -116,7 +116,8 @@ def main(argv: list[str]) -> int:
     spec = workload.spec_from_args(args)
     workload.warn_sample(spec)
     requests = workload.build(spec)
-    run = simulate(requests, predictions(requests, args.predictor, args.seed), opts)
+    quantile = opts.config.scheduler.admission_quantile
+    run = simulate(requests, predictions(requests, args.predictor, args.seed, quantile), opts)
     summary = summarize(run.results, args.slo_ttft, args.slo_tpot)
     if args.requests_out:
         args.requests_out.write_bytes(b"\n".join(msgspec.json.encode(r) for r in run.results))
@@ -131,5 +132,5 @@ def main(argv: list[str]) -> int:
         burst = msgspec.structs.replace(spec, num=burst_size(opts))
         reqs = workload.build(burst)
         print(overhead_table([measure_overhead(reqs, predictions(reqs, args.predictor,
-                                                                 args.seed), opts)]))
+                                                                 args.seed, quantile), opts)]))
     return 0 if summary.n_completed else 1

@@ -17,6 +17,7 @@ import msgspec
 import numpy as np
 
 from bench import workload
+from bench.sim.predictions import Estimate
 from bench.sim.run import SimOptions, make_job, start_daemon, time_rounds
 from daemon.config import slots_per_engine
 from daemon.executors.virtualclock import VirtualClockLoop
@@ -38,14 +39,14 @@ def burst_size(opts: SimOptions, waiting: int = 1000, extra: int = 300) -> int:
     return waiting + opts.executors * slots_per_engine(opts.config) + extra
 
 
-def measure_overhead(requests: Sequence[workload.Request], preds: Sequence[float | None],
+def measure_overhead(requests: Sequence[workload.Request], preds: Sequence[Estimate],
                      opts: SimOptions, waiting: int = 1000) -> Overhead:
     """requests: at least burst_size(opts, waiting) of them; their arrival times are ignored."""
     with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
         return runner.run(_measure(requests, preds, opts, waiting))
 
 
-async def _measure(requests: Sequence[workload.Request], preds: Sequence[float | None],
+async def _measure(requests: Sequence[workload.Request], preds: Sequence[Estimate],
                    opts: SimOptions, waiting: int) -> Overhead:
     daemon = await start_daemon(opts)
     sched = daemon.scheduler

@@ -7,6 +7,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,18 +36,29 @@ def noise_sigma(arg: str, truth: Sequence[float]) -> float:
     return float(arg or 0.5)
 
 
-def predictions(requests: Sequence[workload.Request], how: str, seed: int) -> list[float | None]:
-    """One first estimate per request (see PREDICTORS)."""
+class Estimate(NamedTuple):
+    """A first prediction as the daemon's predictor gives it: the point estimate and the
+    upper quantile memory admission reserves for (None where the predictor has none)."""
+
+    tokens: float | None
+    upper: float | None = None
+
+
+def predictions(requests: Sequence[workload.Request], how: str, seed: int,
+                quantile: float = 0.5) -> list[Estimate]:
+    """One first estimate per request (see PREDICTORS); `quantile`: the level of the upper
+    estimate (scheduler.admission_quantile), where the predictor has a quantile head. The
+    oracle's upper is the truth too."""
     truth = [float(r.output_tokens) for r in requests]
     kind, _, arg = how.partition(":")
     if kind == "none":
-        return [None] * len(requests)
+        return [Estimate(None)] * len(requests)
     if kind == "oracle":
-        return list(truth)
+        return [Estimate(t, t) for t in truth]
     if kind == "noisy-oracle":
         sigma = noise_sigma(arg, truth)
         noise = np.random.default_rng([seed, 5]).normal(0.0, sigma, len(requests))
-        return [max(t * math.exp(z), 1.0) for t, z in zip(truth, noise, strict=True)]
+        return [Estimate(max(t * math.exp(z), 1.0)) for t, z in zip(truth, noise, strict=True)]
     from predictor.api import PredictInput
     from predictor.loader import default_predictor_path, load_predictor
     from predictor.records import Message
@@ -54,7 +66,10 @@ def predictions(requests: Sequence[workload.Request], how: str, seed: int) -> li
     model = load_predictor(default_predictor_path() if how == "default" else Path(how))
     inputs = [PredictInput(messages=[Message(m.role, m.content) for m in r.messages],
                            num_prompt_tokens=r.prompt_tokens) for r in requests]
-    return [float(p) for p in model.predict(inputs)]
+    points, upper = model.predict_with_upper(inputs, quantile)
+    if upper is None:
+        return [Estimate(float(p)) for p in points]
+    return [Estimate(float(p), float(u)) for p, u in zip(points, upper, strict=True)]
 
 
 class NoisyIterativePredictor:

@@ -18,7 +18,7 @@ import msgspec
 
 from bench import workload
 from bench.metrics import RequestResult
-from bench.sim.predictions import iterative_predictor
+from bench.sim.predictions import Estimate, iterative_predictor
 from bench.sim.router import make_route
 from daemon.config import Config
 from daemon.core.costmodel import CostModel
@@ -89,7 +89,7 @@ class SimDaemon:
             await ex.shutdown()
 
 
-def make_job(req: workload.Request, predicted: float | None, opts: SimOptions,
+def make_job(req: workload.Request, predicted: Estimate, opts: SimOptions,
              now: float) -> Job:
     if opts.natural:
         room = max(opts.max_model_len - req.prompt_tokens - 1, 1)
@@ -101,7 +101,8 @@ def make_job(req: workload.Request, predicted: float | None, opts: SimOptions,
     vocab = opts.sim.vocab_size
     ids = [(req.index * 7 + k) % vocab for k in range(req.prompt_tokens)]
     return Job(job_id=f"req-{req.index}", prompt_token_ids=ids, sampling=sampling,
-               arrival_time=now, predicted_output_tokens=predicted,
+               arrival_time=now, predicted_output_tokens=predicted.tokens,
+               predicted_upper_tokens=predicted.upper,
                true_output_tokens=req.output_tokens)
 
 
@@ -143,7 +144,7 @@ def time_rounds(sched: Scheduler, rounds: list[tuple[int, float, float]] | None 
     return rounds
 
 
-async def _simulate(requests: Sequence[workload.Request], preds: Sequence[float | None],
+async def _simulate(requests: Sequence[workload.Request], preds: Sequence[Estimate],
                     opts: SimOptions) -> SimRun:
     started, cpu = time.perf_counter(), time.process_time()
     each = msgspec.structs.replace(opts, executors=1) if opts.router else opts
@@ -185,7 +186,7 @@ def _result(req: workload.Request, job: Job) -> RequestResult:
         error="" if ok else (job.finish_reason or "failed"))
 
 
-def simulate(requests: Sequence[workload.Request], preds: Sequence[float | None],
+def simulate(requests: Sequence[workload.Request], preds: Sequence[Estimate],
              opts: SimOptions) -> SimRun:
     """Runs on its own VirtualClockLoop; call from synchronous code."""
     with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:

@@ -80,11 +80,13 @@ class KVLedger:
         if held is not None:
             self.blocks = self.blocks - held[1] if self._of else 0
 
-    def peak_blocks(self, extra: tuple[int, float] | None = None) -> int:
-        """Blocks the running jobs (and `extra`: a job's context and footprint, tokens)
-        hold at the peak of their projected KV (module doc), each job's partial block
-        counted whole. O(n log n)."""
-        jobs = [(self._context[job_id], tokens) for job_id, (tokens, _) in self._of.items()]
+    def peak_blocks(self, extra: tuple[int, float] | None = None,
+                    without: frozenset[str] = frozenset()) -> int:
+        """Blocks the running jobs (but those named in `without`; and `extra`: a job's
+        context and footprint, tokens) hold at the peak of their projected KV (module doc),
+        each job's partial block counted whole. O(n log n)."""
+        jobs = [(self._context[job_id], tokens) for job_id, (tokens, _) in self._of.items()
+                if job_id not in without]
         if extra is not None:
             jobs.append(extra)
         # (answer tokens left, context now), longest answer first
@@ -150,3 +152,23 @@ def fits(capacity: Capacity | None, ledger: KVLedger, running: int, tokens: floa
     if capacity is None or running == 0:
         return True
     return ledger.peak_blocks((context_tokens, tokens)) <= capacity.kv_blocks
+
+
+def seconds_until_fits(capacity: Capacity | None, ledger: KVLedger,
+                       ends: list[tuple[float, str]], tokens: float,
+                       context_tokens: int = 0) -> float:
+    """Seconds from now until a job of footprint `tokens` fits, if the running jobs end at
+    their predicted times (`ends`: (seconds from now, job id), soonest first): the first end
+    after which the peak with it fits. A lane left empty admits any job. O(n log^2 n)."""
+    if fits(capacity, ledger, len(ends), tokens, context_tokens) or capacity is None:
+        return 0.0
+    extra = (context_tokens, tokens)
+    lo, hi = 1, len(ends)  # the fewest ends after which it fits: in (lo - 1, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        gone = frozenset(job_id for _, job_id in ends[:mid])
+        if ledger.peak_blocks(extra, gone) <= capacity.kv_blocks:
+            hi = mid
+        else:
+            lo = mid + 1
+    return ends[hi - 1][0]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from daemon.core import guard
+from daemon.core import admission, guard
 from daemon.core.events import Launch
 from daemon.core.job import Job, JobStatus, StopRequest
 from daemon.core.lanes import Lane
@@ -21,6 +21,7 @@ from daemon.core.policy import DispatchContext, ExecutorView, Policy
 from daemon.core.stream import OutputStream
 
 log = logging.getLogger(__name__)
+BACKFILL_CANDIDATES = 32  # waiting jobs behind a blocked head that may start before it
 
 
 def assignments(ctx: DispatchContext, policy: Policy, lookahead: bool
@@ -46,10 +47,11 @@ def assignments(ctx: DispatchContext, policy: Policy, lookahead: bool
 
 
 def launches(ctx: DispatchContext, policy: Policy, lookahead: bool, lanes: Mapping[str, Lane],
-             footprint: Callable[[Job], float]) -> Iterator[tuple[Job, Lane]]:
+             footprint: Callable[[Job], float], backfills: bool = True
+             ) -> Iterator[tuple[Job, Lane]]:
     """The assignments, each on a lane where its KV `footprint` fits (lane_that_fits), until
-    one fits nowhere yet (it waits, and so do the jobs behind it) or the policy proposes an
-    invalid one (logged)."""
+    one fits nowhere yet (it waits; jobs behind it that end before it could start go first,
+    with `backfills`) or the policy proposes an invalid one (logged)."""
     for job, view in assignments(ctx, policy, lookahead):
         lane = lanes.get(view.name)
         if lane is None or lane.free_slots <= 0 or job not in ctx.waiting:
@@ -58,8 +60,46 @@ def launches(ctx: DispatchContext, policy: Policy, lookahead: bool, lanes: Mappi
             return
         lane = lane_that_fits(job, lane, footprint(job), list(lanes.values()), policy)
         if lane is None:
+            if backfills:
+                yield from backfill(ctx, policy, job, lanes, footprint)
             return
         yield job, lane
+
+
+def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str, Lane],
+             footprint: Callable[[Job], float]) -> Iterator[tuple[Job, Lane]]:
+    """EASY backfilling (Lifka 1995, as Slurm's backfill scheduler): `head`, the next job
+    in order, fits on no lane yet. Jobs behind it, in order, start now on a lane where their
+    KV fits and their predicted service ends before the head's KV would fit there (when the
+    running jobs' predicted ends free enough): they use memory that would idle until then,
+    and, as far as the predictions hold, do not delay the head. Without this, one large job
+    at the head of the queue (often one promoted by aging) holds every smaller one back
+    while the running set drains, and batches shrink exactly when the queue is longest."""
+    context = head.num_prompt_tokens + head.num_generated_tokens
+    until = {}
+    for lane in lanes.values():
+        if lane.memory_bound and lane.free_slots > 0:
+            ends = sorted((_remaining_s(policy, job), job.job_id) for job in lane.running.values())
+            until[lane.name] = admission.seconds_until_fits(lane.capacity, lane.kv, ends,
+                                                            footprint(head), context)
+    if not until:
+        return
+    for job in ctx.waiting.best(ctx.now, BACKFILL_CANDIDATES):
+        if job is head:
+            continue
+        service, tokens = policy.service_s(job), footprint(job)
+        job_context = job.num_prompt_tokens + job.num_generated_tokens
+        for name, head_starts in until.items():
+            lane = lanes[name]
+            if service <= head_starts and lane.free_slots > 0 and lane.fits(tokens, job_context):
+                yield job, lane
+                break
+
+
+def _remaining_s(policy: Policy, job: Job) -> float:
+    """A running job's predicted seconds to its last token (no prefill: it has run)."""
+    context = job.num_prompt_tokens + job.num_generated_tokens
+    return policy.cost.wall_s(0, context, policy.remaining_tokens(job), policy.batch_hint)
 
 
 def lane_that_fits(job: Job, lane: Lane, kv_tokens: float, lanes: Sequence[Lane],

@@ -300,7 +300,8 @@ class Scheduler:
                 self.waiting.update(job)
         ctx = DispatchContext(self.now(), self.waiting, self.lanes)
         for job, lane in decisions.launches(ctx, self.policy, self.config.aging.lookahead,
-                                            self._by_name, self.estimates.footprint):
+                                            self._by_name, self.estimates.footprint,
+                                            self.config.backfill):
             self.waiting.remove(job)
             self._launch(job, lane)
         if self.config.aging.preempt and len(self.waiting):

@@ -83,6 +83,10 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # priority queue, in the policy's order (its engine priority), so a slot that frees
     # refills at the engine's next step instead of after a round trip through the core.
     engine_queue: Annotated[int, _NonNegative, BENCH_KNOB] = 0
+    # Memory admission: when the next job's KV fits nowhere yet, jobs behind it start where
+    # they fit if they are predicted to end before it could start (core/decisions.py,
+    # backfill); off: every job behind it waits, as in vLLM's own scheduler.
+    backfill: Annotated[bool, BENCH_KNOB] = True
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
     @property

@@ -13,6 +13,7 @@ from bench.learned import profile_from_metrics
 from bench.profile import main
 from bench.sim import SimOptions, simulate
 from bench.sim.overrides import build_config
+from bench.sim.predictions import Estimate
 from bench.workload import Message, Request
 from daemon.config import Config, CostModelConfig, EngineConfig, ModelConfig, SchedulerConfig
 from daemon.core.costmodel import TERMS, CostModel
@@ -59,7 +60,7 @@ def test_a_daemons_learned_clock_becomes_a_profile_the_simulator_runs(
     # The simulator runs on the snapshot (as `lengthwise sim --profile learned.json`).
     loaded = costfile.load(tmp_path / "learned.json")
     reqs = [Request(i, 0.01 * i, [Message("user", "x")], 30, 40) for i in range(12)]
-    run = simulate(reqs, [40.0] * 12, SimOptions(
+    run = simulate(reqs, [Estimate(40.0)] * 12, SimOptions(
         config=build_config(overrides=["scheduler.policy=ssjf", "scheduler.max_running=2"]),
         sim=loaded.sim))
     assert all(r.ok for r in run.results)

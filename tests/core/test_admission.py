@@ -96,16 +96,36 @@ async def test_never_above_max_num_seqs_and_a_lone_job_always_runs() -> None:
 
 
 @pytest.mark.asyncio
-async def test_the_head_job_that_does_not_fit_waits_and_the_order_holds() -> None:
-    """FCFS: a big job at the head is not overtaken by small ones while memory frees."""
+async def test_the_head_job_that_does_not_fit_waits_and_longer_jobs_do_not_overtake_it() -> None:
+    """A big job at the head is not overtaken by a job that would outlast its wait."""
     c = Core()
     c.capacity(blocks=20)
+    # long: 4 + 100 tokens = 7 blocks would fit beside a, but its 100 steps outlast a's 60
     c.submit(job("a", upper=100.0), job("big", prompt=100, upper=150.0),
-             job("small", predicted=2.0, upper=4.0))
+             job("long", prompt=4, predicted=100.0, upper=100.0))
     assert c.turn() == ["a"]  # a: 9 blocks; big: 16 blocks do not fit beside it
-    assert [j.job_id for j in c.core.waiting] == ["big", "small"]
+    assert [j.job_id for j in c.core.waiting] == ["big", "long"]
     c.finish("a")
-    assert c.turn() == ["big", "small"]  # 16 + 3 blocks
+    assert c.turn() == ["big"]  # 16 blocks; long's 7 no longer fit
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backfill", [True, False])
+async def test_a_job_that_ends_before_the_blocked_head_could_start_goes_first(
+        backfill: bool) -> None:
+    """EASY backfilling: memory the head cannot use until a ends serves a short job now."""
+    c = Core()
+    c.core.config = SchedulerConfig(backfill=backfill)
+    c.capacity(blocks=20)
+    c.submit(job("a", upper=100.0), job("big", prompt=100, upper=150.0),
+             job("small", predicted=2.0, upper=4.0))  # 36 tokens: 3 blocks, 2 steps
+    if not backfill:
+        assert c.turn() == ["a"]  # vLLM's way: everything behind the head waits
+        return
+    assert c.turn() == ["a", "small"]
+    assert [j.job_id for j in c.core.waiting] == ["big"]
+    c.finish("a")
+    assert c.turn() == ["big"]  # 16 + small's 3 blocks: the head was not delayed
 
 
 @pytest.mark.asyncio

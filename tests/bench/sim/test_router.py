@@ -8,6 +8,7 @@ import pytest
 
 from bench.sim import SimOptions, simulate
 from bench.sim.overrides import build_config
+from bench.sim.predictions import Estimate
 from bench.sim.router import make_route, outstanding_tokens, queue_length
 from bench.sim.run import NullStream, make_job, start_daemon
 from bench.workload import Message, Request
@@ -25,15 +26,15 @@ async def _scores() -> list[str]:
     daemons = [await start_daemon(opts) for _ in range(2)]
     a, b = (daemon.scheduler for daemon in daemons)
     try:  # no core loop: submitted jobs wait, where the scores see them
-        a.submit(make_job(_req(0, 900), 900.0, opts, 0.0), NullStream())
+        a.submit(make_job(_req(0, 900), Estimate(900.0), opts, 0.0), NullStream())
         for i in (1, 2):
-            b.submit(make_job(_req(i, 10), 10.0, opts, 0.0), NullStream())
+            b.submit(make_job(_req(i, 10), Estimate(10.0), opts, 0.0), NullStream())
         assert (queue_length(a), queue_length(b)) == (1, 2)  # counted from the inbox on
         for sched in (a, b):
             while not sched.inbox.empty():  # what the loop would take in, without launches
                 sched.handle(sched.inbox.get_nowait())
         assert (outstanding_tokens(a), outstanding_tokens(b)) == (900.0, 20.0)
-        new = make_job(_req(3, 10), 10.0, opts, 0.0)
+        new = make_job(_req(3, 10), Estimate(10.0), opts, 0.0)
         rr = make_route("round_robin", [a, b])
         picks = [make_route(name, [a, b])(new) for name in ("least_queue", "predicted")]
         return [("a" if s is a else "b") for s in [*picks, rr(new), rr(new), rr(new)]]
@@ -54,7 +55,7 @@ def test_routed_fleet_serves_everything_and_placement_matters() -> None:
     # A long job then shorts, two at a time: counting requests sends shorts behind the long
     # one; predicted outstanding tokens does not.
     reqs = [_req(i, 400 if i % 8 == 0 else 10, at=0.05 * i) for i in range(40)]
-    preds: list[float | None] = [float(r.output_tokens) for r in reqs]
+    preds = [Estimate(float(r.output_tokens)) for r in reqs]
     mean = {}
     for router in ("least_queue", "predicted", "round_robin"):
         run = simulate(reqs, preds, SimOptions(config=_CONFIG, executors=2, router=router))

@@ -10,6 +10,7 @@ import pytest
 
 from bench.sim import SimOptions, main, predictions, simulate
 from bench.sim.overrides import build_config
+from bench.sim.predictions import Estimate
 from bench.workload import Message, Request, WorkloadSpec, build
 from tests.support import AZURE_CONV as AZURE
 
@@ -50,7 +51,7 @@ def _long_then_short(n: int = 30) -> list[Request]:
 
 def test_oracle_sjf_beats_fcfs_on_mean_under_load() -> None:
     reqs = _long_then_short()
-    fcfs = simulate(reqs, [None] * 30, _opts("fcfs", max_running=1)).results
+    fcfs = simulate(reqs, predictions(reqs, "none", 0), _opts("fcfs", max_running=1)).results
     sjf = simulate(reqs, predictions(reqs, "oracle", 0),
                    _opts("oracle-sjf", max_running=1)).results
     mean = lambda rs: sum(r.jct_s for r in rs) / len(rs)
@@ -147,7 +148,7 @@ def test_budgets_keep_the_truth_from_predicted_policies() -> None:
     (scheduler.trust_budget = false), and with natural stops the budget is the context room:
     either way ssjf sees only its (here useless, constant) prediction, i.e. runs as FCFS."""
     reqs = _long_then_short()
-    flat = [1000.0] * len(reqs)  # longer than every true length
+    flat = [Estimate(1000.0)] * len(reqs)  # longer than every true length
     mean = lambda rs: sum(r.jct_s for r in rs) / len(rs)
     fcfs = mean(simulate(reqs, flat, _opts("fcfs", max_running=1)).results)
     forced = mean(simulate(reqs, flat, _opts("ssjf", max_running=1)).results)

@@ -52,10 +52,18 @@ VLLM_CPU_BLOCK_TOKENS = 128  # vLLM's CPU backend's KV block: --kv-blocks count 
 
 
 def _overrides(results: CompareResults, system: str) -> list[str]:
-    policy, *sets = system.partition(":")[2].split("+")
-    running = results.max_running if results.max_running == "auto" else int(results.max_running)
+    """The simulated daemon's settings for one system of the comparison. vLLM's own server
+    is lengthwise fcfs handing every request to the engine at once (max_running =
+    max_num_seqs, no memory admission): the simulated engine's queue and recompute
+    preemption do the rest, as vLLM's scheduler does."""
+    if system == "vllm":
+        policy, sets, running = "fcfs", [], str(results.max_num_seqs)
+    else:
+        policy, *sets = system.partition(":")[2].split("+")
+        running = str(results.max_running)
     out = [f"scheduler.policy={policy}", f"scheduler.max_running={running}",
-           f"engine.max_num_seqs={results.max_num_seqs}", *sets]
+           f"engine.max_num_seqs={results.max_num_seqs}",
+           f"sim.kv_block_tokens={VLLM_CPU_BLOCK_TOKENS}", *sets]
     if results.kv_blocks:  # the engine reports one block fewer than the override
         out.append(f"sim.kv_capacity_tokens={(results.kv_blocks - 1) * VLLM_CPU_BLOCK_TOKENS}")
     return out
@@ -74,13 +82,15 @@ def validate(results: CompareResults, profile: costfile.Profile | None,
     rows = []
     for run in results.runs:
         kind, _, rest = run.system.partition(":")
-        if kind != "lengthwise":
+        if kind != "lengthwise" and run.system != "vllm":
             continue
-        policy = rest.split("+")[0]
+        policy = rest.split("+")[0] if kind == "lengthwise" else "fcfs"
         spec = msgspec.structs.replace(results.workload, rate=run.rate)
         requests = _as_sent(workload.build(spec), run.requests)
         config_sets, sim_sets = split_sim(_overrides(results, run.system))
         config = build_config(overrides=config_sets)
+        if profile is None and not run.learned_profile:  # vLLM's server learns no clock
+            continue
         used = profile or costfile.load(run.learned_profile)
         opts = SimOptions(config=config, sim=build_sim(used.sim, sim_sets),
                           natural=results.natural, max_model_len=spec.max_model_len)

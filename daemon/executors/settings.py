@@ -113,9 +113,10 @@ class SimConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     decode_per_context_token_s: Annotated[float, _NonNegative] = _COST.decode_per_context_token_s
     # Token ids are drawn below this (SmolLM2's vocabulary size).
     vocab_size: Annotated[int, msgspec.Meta(ge=1)] = 49152
-    # Size of the simulated engine's KV cache, tokens (16-token blocks); only for the KV
-    # usage it reports in /metrics (vllm:kv_cache_usage_perc).
+    # The simulated engine's KV cache, tokens, and its block size: it runs what fits and
+    # preempts (recompute) when its batch outgrows it, as vLLM does (executors/sim.py).
     kv_capacity_tokens: Annotated[int, msgspec.Meta(ge=SIM_KV_BLOCK_TOKENS)] = 131072
+    kv_block_tokens: Annotated[int, msgspec.Meta(ge=1)] = SIM_KV_BLOCK_TOKENS
 
 
 def cpu_cores(device: str) -> list[int] | None:

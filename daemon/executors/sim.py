@@ -4,11 +4,21 @@ Jobs run in batched steps like a continuous-batching engine: each step costs
 `prefill(new prompt tokens) + decode(batch size, context tokens)` seconds on the event
 loop's clock (real time, or virtual time on VirtualClockLoop) and gives every running job
 one token. Token ids are a deterministic function of (prompt, position).
+
+Memory is vLLM's: the engine holds `kv_capacity_tokens` of KV in `kv_block_tokens` blocks,
+and each sequence in its batch holds the blocks of its context. Launched sequences wait in
+the engine's own queue, in order, until theirs fit (the first that does not fit holds the
+rest back, as vLLM's scheduler does). A step whose sequences need more blocks than the cache
+has preempts the most recently started one: its KV is freed, it goes back to the front of
+the queue and recomputes its whole context when it runs again (vLLM's recompute preemption,
+counted as the engine's preemptions). So a simulated vLLM (every request admitted at once)
+pays for a full cache as the engine does, and memory admission's misses show.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import sys
 from collections.abc import Sequence
@@ -18,7 +28,7 @@ from daemon.core.events import Capacity, Event
 from daemon.core.job import StopRequest
 from daemon.core.stream import Position, TokenLogprob
 from daemon.executors.base import EngineStats, Executor, Run
-from daemon.executors.settings import SIM_KV_BLOCK_TOKENS, EngineConfig, SimConfig
+from daemon.executors.settings import EngineConfig, SimConfig
 
 _NATURAL_MIN, _NATURAL_MAX = 16, 512  # output length range when the model "decides"
 
@@ -29,7 +39,7 @@ class _Seq:
     natural_len: int  # where a model would stop by itself (EOS), counted from token 0
     seed: int  # of the prompt; token ids derive from it (hashing per token is too slow)
     context_tokens: int  # prompt + output so far
-    prefilled: bool = False
+    prefilled: bool = False  # its context's KV is in the cache (else: prefill it first)
 
 
 def prompt_seed(prompt_token_ids: Sequence[int]) -> int:
@@ -42,7 +52,9 @@ class SimExecutor(Executor):
                  engine: EngineConfig | None = None) -> None:
         super().__init__(name, inbox, engine or EngineConfig())
         self.cost = cost
-        self._seqs: dict[str, _Seq] = {}
+        self._seqs: dict[str, _Seq] = {}  # every launched sequence not yet ended
+        self._running: list[_Seq] = []  # in the batch, the most recently started last
+        self._waiting: collections.deque[_Seq] = collections.deque()  # the engine's queue
         self._kick = asyncio.Event()
         self._stepper: asyncio.Task[None] | None = None
 
@@ -57,7 +69,7 @@ class SimExecutor(Executor):
 
     async def restart_engine(self) -> None:
         await self._close_engine()
-        self._seqs.clear()
+        self._drop_runs()
         await self.start()
 
     def step_time_s(self, prefill_tokens: int, batch: int, context_tokens: int) -> float:
@@ -80,26 +92,65 @@ class SimExecutor(Executor):
         natural = sys.maxsize if launch.sampling.ignore_eos else \
             self._natural_len(launch.true_output_tokens, seed)
         context = len(launch.prompt_token_ids) + len(launch.generated_token_ids)
-        self._seqs[run.job_id] = _Seq(run, max(natural, launch.sampling.min_tokens, 1), seed,
-                                      context)
+        seq = _Seq(run, max(natural, launch.sampling.min_tokens, 1), seed, context)
+        self._seqs[run.job_id] = seq
+        self._waiting.append(seq)
         self._kick.set()
 
     def _halt(self, run: Run) -> None:
-        if run.stop is StopRequest.ABORT:  # nothing to wait for
-            self._seqs.pop(run.job_id, None)
+        seq = self._seqs.get(run.job_id)
+        if run.stop is StopRequest.ABORT or seq is None or seq not in self._running:
+            # nothing to wait for: aborted, or queued in the engine (no token boundary)
+            if seq is not None:
+                self._retire(seq)
             self._end_run(run, None)
-        # a preemption ends at the next step, like an engine's token boundary
+        # a running sequence's preemption ends at the next step, at its token boundary
+
+    def _retire(self, seq: _Seq) -> None:
+        del self._seqs[seq.run.job_id]
+        if seq in self._running:
+            self._running.remove(seq)
+        else:
+            self._waiting.remove(seq)
 
     def _drop_runs(self) -> None:
         self._seqs.clear()
+        self._running.clear()
+        self._waiting.clear()
+
+    @property
+    def _blocks(self) -> int:
+        return max(self.cost.kv_capacity_tokens // self.cost.kv_block_tokens, 1)
+
+    def _blocks_of(self, seq: _Seq, extra: int = 0) -> int:
+        return -(-(seq.context_tokens + extra) // self.cost.kv_block_tokens)
+
+    def _schedule(self) -> list[_Seq]:
+        """The next step's batch: running sequences, each with room for its next token
+        (preempting the most recently started while they do not fit; one runs whatever
+        it needs), then waiting ones in order while they fit (module doc)."""
+        need = sum(self._blocks_of(seq, 1) for seq in self._running)
+        while need > self._blocks and len(self._running) > 1:
+            victim = self._running.pop()
+            need -= self._blocks_of(victim, 1)
+            victim.prefilled = False  # its KV is gone: it recomputes
+            self._waiting.appendleft(victim)
+            self.engine_preemptions += 1
+        while self._waiting and len(self._running) < self.config.max_num_seqs:
+            blocks = self._blocks_of(self._waiting[0], 1)
+            if need + blocks > self._blocks and self._running:
+                break
+            self._running.append(self._waiting.popleft())
+            need += blocks
+        return list(self._running)
 
     async def _step_loop(self) -> None:
         while True:
-            if not self._seqs:
+            batch = self._schedule()
+            if not batch:
                 self._kick.clear()
                 await self._kick.wait()
                 continue
-            batch = list(self._seqs.values())
             prefill = sum(s.context_tokens for s in batch if not s.prefilled)
             context = sum(s.context_tokens for s in batch)
             await asyncio.sleep(self.step_time_s(prefill, len(batch), context))
@@ -108,17 +159,17 @@ class SimExecutor(Executor):
                     self._advance(seq)
 
     def capacity(self) -> Capacity:
-        return Capacity(self.name, self.cost.kv_capacity_tokens // SIM_KV_BLOCK_TOKENS,
-                        SIM_KV_BLOCK_TOKENS, self.config.max_num_seqs)
+        return Capacity(self.name, self._blocks, self.cost.kv_block_tokens,
+                        self.config.max_num_seqs)
 
     def engine_stats(self) -> EngineStats:
-        """As vLLM would report them, computed when asked: every admitted job runs in the
-        batch, and each holds the KV blocks of its prompt and output so far."""
-        blocks = self.cost.kv_capacity_tokens // SIM_KV_BLOCK_TOKENS
-        held = sum(-(-s.context_tokens // SIM_KV_BLOCK_TOKENS) for s in self._seqs.values())
-        return EngineStats(num_running_reqs=len(self._seqs),
-                           kv_cache_usage=min(held / blocks, 1.0),
-                           block_size=SIM_KV_BLOCK_TOKENS, num_gpu_blocks=blocks)
+        """As vLLM would report them, computed when asked: the batch, the engine's queue,
+        and the blocks the batch's contexts hold."""
+        held = sum(self._blocks_of(seq) for seq in self._running)
+        return EngineStats(num_running_reqs=len(self._running),
+                           num_waiting_reqs=len(self._waiting),
+                           kv_cache_usage=min(held / self._blocks, 1.0),
+                           block_size=self.cost.kv_block_tokens, num_gpu_blocks=self._blocks)
 
     def _prompt_logprobs(self, run: Run) -> None:
         """Made-up prompt logprobs (0.0: every token certain) where the job asks for them."""
@@ -145,7 +196,7 @@ class SimExecutor(Executor):
             finish = "length"
         elif run.stop is None:
             return
-        del self._seqs[run.job_id]
+        self._retire(seq)
         self._end_run(run, finish)
 
 

@@ -80,8 +80,8 @@ def whole(c: Choice, opts: Options, chosen: str | NamedToolChoice, echo: str
     assert c.end is not None
     text = echo + "".join(c.text)
     calls = tools.calls(chosen, "".join(c.text))
-    message = ChatMessageOut("assistant", text) if calls is None else \
-        ChatMessageOut("assistant", "" if calls else text, calls)
+    message = ChatMessageOut("assistant", text) if not calls else \
+        ChatMessageOut("assistant", "", calls)
     return render.chat_choice(c, opts, message, _finish(c.end, chosen, bool(calls)))
 
 
@@ -98,13 +98,18 @@ async def stream(answer: Answer, opts: Options, chosen: str | NamedToolChoice, e
     try:
         # The role chunk first, with the first output as vLLM does: clients time TTFT from
         # the first chunk, so it must not leave before the engine's first token.
-        head: bytes | None = chunk([ChatChunkChoice(c.index, Delta(role="assistant",
-                                                                   content=echo))
-                                    for c in answer.choices])
+        head = ChatCompletionChunk(
+            answer.id, created, opts.model,
+            [ChatChunkChoice(c.index, Delta(role="assistant", content=echo))
+             for c in answer.choices],
+            render.usage(answer.choices, answer.num_prompt_tokens)
+            if opts.continuous_usage else None,
+            prompt_token_ids=answer.choices[0].prompt_ids if opts.return_token_ids else None)
+        first: bytes | None = render.sse(head)
         async for c, item in answer.outputs():
-            if head is not None:
-                yield head
-                head = None
+            if first is not None:
+                yield first
+                first = None
             if isinstance(item, TokenDelta):
                 c.take(item)
                 piece = None if constrained else render.chat_piece(c, opts, item)

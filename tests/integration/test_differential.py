@@ -49,6 +49,9 @@ iterative_path = "none"
 [costmodel]
 profile = "{ROOT / 'bench' / 'profiles' / 'tiny-llama-cpu-stack.json'}"
 """
+# vLLM's tool parser for tool_choice "auto" on both servers: pythonic reads
+# `[name(arg='value'), ...]`, plain text that any tokenizer spells.
+PARSER = "pythonic"
 STOP = -1  # stands for a token id found in the reference answer (stop_token_ids)
 PROMPT = "Once upon a time"
 PENALTIES = {"frequency_penalty": 0.8, "presence_penalty": 0.5}
@@ -78,6 +81,19 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                                                      "stop_token_ids": [STOP],
                                                      "stream": True}),
 }
+# tool_choice "auto" under vLLM's pythonic parser: the tiny model writes what the regex lets
+# it (two calls), the parser finds the calls; streamed, they come as incremental deltas.
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object",
+                                          "properties": {"city": {"type": "string"}}}}}
+TOOLS = {"tools": [WEATHER], "tool_choice": "auto", "max_tokens": 40,
+         "structured_outputs": {"regex": r"\[get_weather\(city='(Paris|Rome)'\), "
+                                         r"get_weather\(city='Oslo'\)\]"}}
+CASES.update({
+    "chat-auto-tools": ("/v1/chat/completions", {**CHAT, **TOOLS}),
+    "chat-auto-tools-stream": ("/v1/chat/completions", {**CHAT, **TOOLS, "stream": True}),
+    "chat-auto-tools-plain": ("/v1/chat/completions", {**CHAT, "tools": [WEATHER]}),
+})
 # Streamed; a short request arrives once PREEMPT_AFTER chunks of it are out, and alise
 # preempts it for that one.
 LONG = ("/v1/completions", {**CMPL, **PENALTIES, "max_tokens": 300, "ignore_eos": True,
@@ -193,7 +209,9 @@ def _preempted(base_url: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Answers:
     folder = tmp_path_factory.mktemp("differential")
-    vllm = Server(parse_system("vllm"), Settings(model=tiny_model, dtype="float32"), folder)
+    flags = ("--enable-auto-tool-choice", "--tool-call-parser", PARSER)
+    vllm = Server(parse_system("vllm"), Settings(model=tiny_model, dtype="float32",
+                                                 vllm_flags=flags), folder)
     try:
         vllm.wait_ready()
         stop_id = _stop_id(vllm.base_url)
@@ -204,7 +222,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Answe
         vllm.stop()
     # the policies' tuning is a benchmark knob
     with running_daemon(folder, tiny_model, BENCH_KNOBS, dtype="float32", max_running=1,
-                        extra=EXTRA) as daemon:
+                        tool_call_parser=PARSER, extra=EXTRA) as daemon:
         whole = _run_all(daemon.base_url, stop_id)
         before = daemon.metric("lengthwise_resume_total")
         daemon.reload_policy("scls")
@@ -254,3 +272,24 @@ def test_the_sliced_answers_were_resumed(answers: Answers) -> None:
 def test_the_same_answer_when_preempted_for_a_shorter_request(answers: Answers) -> None:
     assert answers.preemptions >= 1
     assert differences(answers.long_reference, answers.long_preempted) == []
+
+
+def test_auto_tool_choice_calls_come_whole_and_as_incremental_deltas(answers: Answers
+                                                                     ) -> None:
+    """Not vacuous: both servers found the two calls; streamed, each call's arguments came
+    in several deltas (the merged stream lists every delta)."""
+    for got in (answers.reference, answers.whole, answers.cut):
+        whole = got["chat-auto-tools"]["choices"][0]
+        calls = whole["message"]["tool_calls"]
+        assert whole["finish_reason"] == "tool_calls" and not whole["message"]["content"]
+        assert [c["function"]["name"] for c in calls] == ["get_weather"] * 2
+        assert json.loads(calls[1]["function"]["arguments"]) == {"city": "Oslo"}
+        streamed = got["chat-auto-tools-stream"]["choices"][0]
+        deltas = streamed["delta"]["tool_calls"]
+        assert streamed["finish_reason"] == "tool_calls" and len(deltas) > 4
+        for index, call in enumerate(calls):
+            pieces = [d["function"].get("arguments") or "" for d in deltas
+                      if d["index"] == index]
+            assert "".join(pieces) == call["function"]["arguments"]
+        plain = got["chat-auto-tools-plain"]["choices"][0]
+        assert plain["message"]["content"] and "tool_calls" not in plain["message"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon import apikeys
-from daemon.config import Config, cost_profile, slots_per_engine
+from daemon.config import Config, ConfigError, cost_profile, slots_per_engine
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Event
 from daemon.core.job import Job, SamplingSpec, Slo
@@ -70,12 +70,16 @@ def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Que
 
 def build_tool_parsing(config: Config, tokenizer: Tokenizer) -> ToolParsing | None:
     """vLLM's tool parser named by model.tool_call_parser (None: no parser, "auto" tool
-    choice is refused). ValueError for a name vLLM does not know."""
+    choice is refused). ConfigError for a name vLLM does not know or a parser whose tokens
+    the model's tokenizer lacks."""
     if not config.model.tool_call_parser:
         return None
     from daemon.executors.vllm_tools import VLLMToolParsing
 
-    return VLLMToolParsing(config.model.tool_call_parser, tokenizer.hf)
+    try:
+        return VLLMToolParsing(config.model.tool_call_parser, tokenizer.hf)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 class Service:

@@ -43,7 +43,7 @@ class VLLMToolParsing:
         try:
             parser = ParserManager.get_parser(tool_parser_name=name, enable_auto_tools=True,
                                               tokenizer=tokenizer)
-        except KeyError as exc:
+        except (KeyError, TypeError) as exc:  # unknown name; tokenizer lacks its tokens
             raise ValueError(f"model.tool_call_parser = {name!r}: {exc}") from None
         if parser is None:
             raise ValueError(f"model.tool_call_parser = {name!r}: no such parser")

@@ -71,6 +71,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # read the truth off the budget (the benchmark knob scheduler.trust_budget).
     trust_budget: bool = True
     startup_timeout_s: float = 900.0  # a shared machine under load starts engines slowly
+    # More flags for vLLM's server alone (`--tool-call-parser pythonic`, ...).
+    vllm_flags: tuple[str, ...] = ()
 
 
 def _free_port() -> int:
@@ -146,7 +148,7 @@ def command(system: System, s: Settings, port: int, workdir: Path) -> list[str]:
         cmd += ["--num-gpu-blocks-override", str(s.num_gpu_blocks_override)]
     if system.policy == "priority":
         cmd += ["--scheduling-policy", "priority"]
-    return cmd
+    return cmd + list(s.vllm_flags)
 
 
 def environment(s: Settings) -> dict[str, str]:

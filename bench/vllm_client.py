@@ -48,11 +48,16 @@ def served_model(base_url: str) -> str:
     return str(resp.json()["data"][0]["id"])
 
 
+# vLLM's client backends and the endpoint each sends to: streamed chat completions (what
+# `bench compare` uses), or its default, streamed completions (the prompt as raw text).
+ENDPOINTS = {"openai-chat": "/v1/chat/completions", "openai": "/v1/completions"}
+
+
 def command(base_url: str, dataset: Path, result: Path, *, num: int, rate: float, cv: float,
             seed: int, natural: bool, tokenizer: Path, model: str,
-            headers: dict[str, str] | None = None) -> list[str]:
+            headers: dict[str, str] | None = None, backend: str = "openai-chat") -> list[str]:
     cmd = [sys.executable, "-m", "bench.vllm_bench_serve",
-           "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
+           "--backend", backend, "--endpoint", ENDPOINTS[backend],
            "--base-url", base_url, "--model", model, "--tokenizer", str(tokenizer),
            "--dataset-name", "custom", "--dataset-path", str(dataset),
            "--custom-output-len", "-1",  # the dataset's lengths (its default: 256 for all)
@@ -88,14 +93,15 @@ def results_from(saved: dict, requests: Sequence[Request]) -> list[RequestResult
 
 def run(base_url: str, requests: Sequence[Request], work_dir: Path, tag: str, *, rate: float,
         cv: float, seed: int, natural: bool, salt: str, tokenizer: Path,
-        max_model_len: int, headers: dict[str, str] | None = None) -> list[RequestResult]:
+        max_model_len: int, headers: dict[str, str] | None = None,
+        backend: str = "openai-chat") -> list[RequestResult]:
     """One run of vLLM's client against `base_url`; its log and result stay in work_dir."""
     work_dir.mkdir(parents=True, exist_ok=True)
     dataset, result = work_dir / f"{tag}.jsonl", work_dir / f"{tag}.result.json"
     write_dataset(requests, dataset, salt, natural, max_model_len)
     cmd = command(base_url, dataset, result, num=len(requests), rate=rate, cv=cv, seed=seed,
                   natural=natural, tokenizer=tokenizer, model=served_model(base_url),
-                  headers=headers)
+                  headers=headers, backend=backend)
     with open(work_dir / f"{tag}.log", "w") as log:
         done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0 or not result.exists():

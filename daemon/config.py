@@ -85,7 +85,8 @@ class ModelConfig(_Section, frozen=True):
     served_name: str = ""
     # vLLM's tool parser (its --tool-call-parser: "hermes", "llama3_json", "mistral", ...)
     # that reads tool calls out of the model's text for `tool_choice: "auto"`; "" = none
-    # ("auto" answers in plain text; named and "required" tool choice work without one).
+    # ("auto" is then refused with vLLM's 400; named and "required" tool choice work without
+    # one). Checked at start against the model's tokenizer.
     tool_call_parser: str = ""
     # Context length in tokens (prompt + output); 0 means the model's own limit.
     max_model_len: Annotated[int, _NonNegative] = 2048

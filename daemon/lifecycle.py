@@ -43,7 +43,11 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
-        self.service = await Service.create(self.config)
+        try:
+            self.service = await Service.create(self.config)
+        except ConfigError as exc:  # found only with the model's tokenizer (a tool parser)
+            log.error("config error: %s", exc)
+            return 2
         http = self._spawn(self._serve_http(), "http")
         if (interval := sdnotify.watchdog_interval_s()) is not None:
             self._spawn(self._watchdog(interval), "watchdog")

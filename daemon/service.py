@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon import apikeys
-from daemon.config import Config, cost_profile, slots_per_engine
+from daemon.config import Config, ConfigError, cost_profile, slots_per_engine
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Event
 from daemon.core.job import Job, SamplingSpec, Slo
@@ -29,6 +29,7 @@ from daemon.http.metrics import Metrics
 from daemon.policysetup import make_policy
 from daemon.prediction import Predictions
 from daemon.tokenizer import Tokenizer
+from daemon.toolcalls import ToolParsing
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +68,25 @@ def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Que
     return Scheduler(lanes, make_policy(config, cost=cost), config.scheduler, inbox, **ports)
 
 
+def build_tool_parsing(config: Config, tokenizer: Tokenizer) -> ToolParsing | None:
+    """vLLM's tool parser named by model.tool_call_parser (None: no parser, "auto" tool
+    choice is refused). ConfigError for a name vLLM does not know or a parser whose tokens
+    the model's tokenizer lacks."""
+    if not config.model.tool_call_parser:
+        return None
+    from daemon.executors.vllm_tools import VLLMToolParsing
+
+    try:
+        return VLLMToolParsing(config.model.tool_call_parser, tokenizer.hf)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 class Service:
     def __init__(self, config: Config, tokenizer: Tokenizer) -> None:
         self.config = config
         self.tokenizer = tokenizer
+        self.tool_parsing = build_tool_parsing(config, tokenizer)
         self.max_model_len = model_context_len(config)
         inbox: asyncio.Queue[Event] = asyncio.Queue()
         self.executors = build_executors(config, inbox)

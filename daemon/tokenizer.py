@@ -49,5 +49,10 @@ class Tokenizer:
         return str(self._tok.decode(token_ids, skip_special_tokens=True))
 
     @property
+    def hf(self) -> Any:
+        """The transformers tokenizer itself (vLLM's tool parsers read its vocabulary)."""
+        return self._tok
+
+    @property
     def vocab_size(self) -> int:
         return len(self._tok)

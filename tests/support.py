@@ -38,13 +38,15 @@ def free_port() -> int:
 
 def config_text(model: Path, port: int, *, engine_kind: str = "vllm", max_running: int = 4,
                 max_num_seqs: int = 4, drain_timeout_s: float = 30.0, policy: str = "fcfs",
-                dtype: str = "auto", max_waiting: int = 1024, extra: str = "") -> str:
+                dtype: str = "auto", max_waiting: int = 1024, tool_call_parser: str = "",
+                extra: str = "") -> str:
     return f"""
 [server]
 port = {port}
 [model]
 path = "{model}"
 max_model_len = 2048
+tool_call_parser = "{tool_call_parser}"
 [engine]
 kind = "{engine_kind}"
 max_num_seqs = {max_num_seqs}

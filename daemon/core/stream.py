@@ -39,7 +39,7 @@ class TokenLogprob(msgspec.Struct, frozen=True, array_like=True):
     token_id: int
     logprob: float
     rank: int | None  # 1 = the most likely; None where the engine gave none
-    token: str  # the token's text as the engine decoded it ("" if it did not)
+    token: str | None  # its text as the engine decoded it (None where it did not)
 
 
 # One position: the sampled (or prompt) token first, then the top candidates, in vLLM's order.

@@ -124,6 +124,6 @@ def positions(logprobs: Iterable[dict[int, Any] | None] | None) -> list[Position
     if logprobs is None:
         return []
     return [None if one is None else
-            [TokenLogprob(int(token_id), float(lp.logprob), lp.rank, lp.decoded_token or "")
+            [TokenLogprob(int(token_id), float(lp.logprob), lp.rank, lp.decoded_token)
              for token_id, lp in one.items()]
             for one in logprobs]

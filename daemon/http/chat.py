@@ -9,6 +9,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
+
 from daemon.core.scheduler import Scheduler
 from daemon.core.stream import JobEnd, TokenDelta
 from daemon.http import render, tools, translate
@@ -19,9 +21,12 @@ from daemon.http.responses import (
     ChatCompletionChunk,
     ChatMessageOut,
     Delta,
+    FunctionCallOut,
     ToolCallDelta,
+    ToolCallOut,
 )
 from daemon.http.schemas import ChatCompletionRequest, NamedToolChoice
+from daemon.toolcalls import ParsedDelta, ToolCallReader
 
 
 def template_options(req: Any) -> dict[str, Any]:
@@ -51,12 +56,7 @@ def check(req: ChatCompletionRequest, parser: str) -> str | NamedToolChoice:
     if req.logprob_token_ids and not req.logprobs:
         raise translate.bad_request("when using `logprob_token_ids`, `logprobs` must be set "
                                     "to true.", "logprob_token_ids")
-    chosen = tools.choice(req, parser)
-    if chosen == "auto":
-        raise translate.bad_request("tool_choice \"auto\" with a tool parser is not "
-                                    "implemented by lengthwise yet", "tool_choice",
-                                    "unsupported_parameter")
-    return chosen
+    return tools.choice(req, parser)
 
 
 def echo_text(req: ChatCompletionRequest) -> str:
@@ -75,20 +75,58 @@ def _finish(end: JobEnd, chosen: str | NamedToolChoice, called: bool) -> str | N
     return end.finish_reason
 
 
-def whole(c: Choice, opts: Options, chosen: str | NamedToolChoice, echo: str
-           ) -> ChatChoice:
+def _auto_whole(c: Choice, opts: Options, echo: str, reader: ToolCallReader) -> ChatChoice:
+    """tool_choice "auto" with a tool parser: the calls it finds, the rest as content."""
+    assert c.end is not None
+    content, parsed = reader.whole("".join(c.text), c.token_ids)
+    calls = [ToolCallOut(p.id, FunctionCallOut(p.name, p.arguments)) for p in parsed]
+    text = echo + (content or "") if echo or content is not None else None
+    message = ChatMessageOut("assistant", text, calls or msgspec.UNSET)
+    # vLLM's: an answer that called a tool finished for it, whatever ended it
+    return render.chat_choice(c, opts, message, "tool_calls" if calls else c.end.finish_reason)
+
+
+def _call_deltas(parsed: ParsedDelta) -> list[ToolCallDelta] | None:
+    return [ToolCallDelta(d.index, d.id, "function" if d.id else None,
+                          {k: v for k, v in (("name", d.name), ("arguments", d.arguments))
+                           if v is not None})
+            for d in parsed.calls] or None
+
+
+def _auto_piece(c: Choice, opts: Options, delta: TokenDelta, parsed: ParsedDelta | None,
+                finish: str | None = None, stop_reason: int | str | None = None
+                ) -> ChatChunkChoice | None:
+    """A streamed piece under a tool parser (vLLM's rule: the parser may hold text back; a
+    delta with nothing to say still goes when it carries logprobs or token ids)."""
+    if parsed is None and finish is None and opts.logprobs is None \
+            and not opts.return_token_ids:
+        return None
+    message = Delta() if parsed is None else \
+        Delta(content=parsed.content, tool_calls=_call_deltas(parsed))
+    logprobs = render.chat_logprobs(c, opts, delta.token_ids, delta.logprobs or []) \
+        if delta.token_ids else None
+    return ChatChunkChoice(c.index, message, finish, logprobs, stop_reason,
+                           delta.token_ids if opts.return_token_ids else None)
+
+
+def whole(c: Choice, opts: Options, chosen: str | NamedToolChoice, echo: str,
+          reader: ToolCallReader | None = None) -> ChatChoice:
+    if reader is not None:
+        return _auto_whole(c, opts, echo, reader)
     assert c.end is not None
     text = echo + "".join(c.text)
     calls = tools.calls(chosen, "".join(c.text))
-    message = ChatMessageOut("assistant", text) if calls is None else \
-        ChatMessageOut("assistant", "" if calls else text, calls)
+    message = ChatMessageOut("assistant", text) if not calls else \
+        ChatMessageOut("assistant", "", calls)
     return render.chat_choice(c, opts, message, _finish(c.end, chosen, bool(calls)))
 
 
 async def stream(answer: Answer, opts: Options, chosen: str | NamedToolChoice, echo: str,
-                 scheduler: Scheduler) -> AsyncIterator[bytes]:
+                 scheduler: Scheduler, readers: list[ToolCallReader] | None = None
+                 ) -> AsyncIterator[bytes]:
     created = int(time.time())
     constrained = chosen == "required" or isinstance(chosen, NamedToolChoice)
+    called = [False] * len(answer.choices)  # "auto": a tool call delta went out
 
     def chunk(choices: list[ChatChunkChoice], final_usage: bool = False) -> bytes:
         usage = render.usage(answer.choices, answer.num_prompt_tokens) \
@@ -98,22 +136,41 @@ async def stream(answer: Answer, opts: Options, chosen: str | NamedToolChoice, e
     try:
         # The role chunk first, with the first output as vLLM does: clients time TTFT from
         # the first chunk, so it must not leave before the engine's first token.
-        head: bytes | None = chunk([ChatChunkChoice(c.index, Delta(role="assistant",
-                                                                   content=echo))
-                                    for c in answer.choices])
+        head = ChatCompletionChunk(
+            answer.id, created, opts.model,
+            [ChatChunkChoice(c.index, Delta(role="assistant", content=echo))
+             for c in answer.choices],
+            render.usage(answer.choices, answer.num_prompt_tokens)
+            if opts.continuous_usage else None,
+            prompt_token_ids=answer.choices[0].prompt_ids if opts.return_token_ids else None)
+        first: bytes | None = render.sse(head)
         async for c, item in answer.outputs():
-            if head is not None:
-                yield head
-                head = None
+            if first is not None:
+                yield first
+                first = None
             if isinstance(item, TokenDelta):
                 c.take(item)
-                piece = None if constrained else render.chat_piece(c, opts, item)
+                if readers is not None:
+                    parsed = readers[c.index].delta(item.text, item.token_ids, False)
+                    called[c.index] |= bool(parsed and parsed.calls)
+                    piece = _auto_piece(c, opts, item, parsed)
+                else:
+                    piece = None if constrained else render.chat_piece(c, opts, item)
                 if piece is not None:
                     yield chunk([piece])
                 continue
             c.end = item
             if item.error is not None:
                 yield render.error_event(item.error)
+                continue
+            if readers is not None:  # the parser's last word (arguments it held back)
+                parsed = readers[c.index].delta("", [], True)
+                called[c.index] |= bool(parsed and parsed.calls)
+                finish = "tool_calls" if called[c.index] and item.finish_reason == "stop" \
+                    else item.finish_reason
+                last = _auto_piece(c, opts, TokenDelta("", [], []), parsed, finish,
+                                   item.stop_reason)
+                yield chunk([last] if last is not None else [])
                 continue
             calls = tools.calls(chosen, "".join(c.text)) if constrained else None
             if calls:  # a constrained answer is one tool call delta, once complete

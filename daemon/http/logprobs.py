@@ -34,7 +34,7 @@ class Shape:
     def token(self, cand: TokenLogprob) -> str:
         if self.as_token_ids:
             return f"token_id:{cand.token_id}"
-        return cand.token or self.decode(cand.token_id)
+        return cand.token if cand.token is not None else self.decode(cand.token_id)
 
     def plain(self, token_id: int) -> str:
         return f"token_id:{token_id}" if self.as_token_ids else self.decode(token_id)
@@ -65,7 +65,7 @@ def chat(token_ids: Sequence[int], positions: Sequence[Position | None],
                 if shape.explicit_ids or shape.top == -1 or i < shape.top]
         content.append(ContentLogprob(
             shape.token(own), _floor(own.logprob),
-            list(own.token.encode(errors="replace")) if own.token else None, tops))
+            None if own.token is None else list(own.token.encode(errors="replace")), tops))
     return ChatLogprobs(content)
 
 

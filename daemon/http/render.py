@@ -39,6 +39,9 @@ class Choice:
     token_ids: list[int] = field(default_factory=list)
     positions: list[Position] = field(default_factory=list)
     end: JobEnd | None = None
+    # where the next streamed logprob token starts in the text streamed so far (completions'
+    # text_offset runs on across chunks, as in vLLM)
+    next_text_offset: int = 0
 
     def take(self, delta: TokenDelta) -> None:
         self.text.append(delta.text)
@@ -148,11 +151,16 @@ def completion_piece(c: Choice, opts: Options, delta: TokenDelta | None, first: 
     if opts.echo_only:
         text, ids, positions = "", [], []
     if opts.echo and first:
-        text = c.prompt_text + text
+        # vLLM echoes no prompt text when the prompt's token ids are returned
+        text = ("" if opts.return_token_ids else c.prompt_text) + text
         ids = [*c.prompt_ids, *ids]
         positions = [*(prompt_positions or [None] * len(c.prompt_ids)), *positions]
-    logprobs = lp.completion(ids, positions, opts.logprobs) \
-        if opts.logprobs is not None and (ids or delta is None) else None
+    logprobs = None
+    if opts.logprobs is not None and (ids or delta is None):
+        offset = 0 if delta is None else c.next_text_offset
+        logprobs = lp.completion(ids, positions, opts.logprobs, offset)
+        if logprobs.tokens:
+            c.next_text_offset = logprobs.text_offset[-1] + len(logprobs.tokens[-1])
     return CompletionChoice(
         c.index, text, end.finish_reason if end else None, logprobs,
         end.stop_reason if end else None,

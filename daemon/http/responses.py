@@ -68,7 +68,8 @@ class ToolCallOut(msgspec.Struct):
 class ChatMessageOut(msgspec.Struct):
     role: str
     content: str | None
-    tool_calls: list[ToolCallOut] = []
+    # left out when no tool was called, as vLLM's ChatMessage does
+    tool_calls: list[ToolCallOut] | msgspec.UnsetType = msgspec.UNSET
     reasoning: str | None = None
 
 
@@ -81,7 +82,7 @@ class ChatChoice(msgspec.Struct):
     token_ids: list[int] | None = None
 
 
-class ChatCompletion(msgspec.Struct, omit_defaults=True):
+class ChatCompletion(msgspec.Struct):
     id: str
     created: int
     model: str

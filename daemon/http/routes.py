@@ -33,10 +33,12 @@ from daemon.http.responses import (
 from daemon.http.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
+    NamedToolChoice,
     SamplingFields,
 )
 from daemon.service import Service
 from daemon.tokenizer import TemplateError
+from daemon.toolcalls import ToolCallReader
 
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -212,21 +214,37 @@ class Routes:
                                            svc.config.limits)
             return self._spec(req, p, max_new, top, bool(req.echo), schema)
 
+        readers = self._tool_readers(req, chosen, ids)
         answer = await self._admit(req, [Prompt(ids, "", plain)], "chatcmpl", key, spec_for,
                                    request)
         opts = self._options(req, top, False)
         echo = chat.echo_text(req)
         if req.stream:
-            return StreamingResponse(chat.stream(answer, opts, chosen, echo, svc.scheduler),
+            return StreamingResponse(chat.stream(answer, opts, chosen, echo, svc.scheduler,
+                                                 readers),
                                      media_type="text/event-stream",
                                      headers={**_SSE_HEADERS, **answer.headers})
         await self._collect(request, answer)
         body = ChatCompletion(answer.id, int(time.time()), opts.model,
-                              [chat.whole(c, opts, chosen, echo) for c in answer.choices],
+                              [chat.whole(c, opts, chosen, echo,
+                                          readers[c.index] if readers else None)
+                               for c in answer.choices],
                               render.usage(answer.choices, answer.num_prompt_tokens))
         if req.return_token_ids:
             body.prompt_token_ids = ids
         return _json(body, headers=answer.headers)
+
+    def _tool_readers(self, req: ChatCompletionRequest, chosen: str | NamedToolChoice,
+                      ids: list[int]) -> list[ToolCallReader] | None:
+        """tool_choice "auto" with a tool parser: one parser per choice (they keep state)."""
+        parsing = self.service.tool_parsing
+        if chosen != "auto" or parsing is None:
+            return None
+        body = msgspec.to_builtins(req)
+        try:
+            return [parsing.reader(body, ids) for _ in range(req.n or 1)]
+        except ValueError as exc:  # vLLM's request model refused what its parser reads
+            raise translate.bad_request(f"tool parser: {exc}", "tools") from None
 
     async def completions(self, request: Request) -> Response:
         key = authorize(self.service.keys, request, "api")

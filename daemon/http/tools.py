@@ -34,8 +34,9 @@ def choice(req: ChatCompletionRequest, parser: str) -> str | NamedToolChoice:
                               "specified `tools`", "tool_choice")
         return wanted
     if wanted == "auto" and not parser:
-        raise bad_request('"auto" tool choice requires a tool parser (model.tool_call_parser, '
-                          "as vLLM's --enable-auto-tool-choice --tool-call-parser)",
+        # vLLM's words; its flags are lengthwise's model.tool_call_parser
+        raise bad_request('"auto" tool choice requires --enable-auto-tool-choice and '
+                          "--tool-call-parser to be set (lengthwise: model.tool_call_parser)",
                           "tool_choice")
     if req.structured_outputs is not None and wanted != "auto":
         raise bad_request("You can only either use constraints for structured outputs or "

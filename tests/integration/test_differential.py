@@ -1,0 +1,295 @@
+"""lengthwise against vLLM's own OpenAI server on the same tiny model and engine settings
+(float32, one request at a time): the same greedy requests with logprobs, echo, stop token
+ids, repetition / frequency / presence penalties, top_k and min_p, on /v1/completions and
+/v1/chat/completions, streamed and not, get the same bodies (token ids, text, finish and
+stop reasons, usage, logprobs to 1e-3): served whole (fcfs); cut into 4-token slices (scls
+with `slicing = "always"`: every answer is stopped and resumed from prompt + generated
+tokens); and, for one long streamed answer, preempted for a shorter request (alise) and
+resumed.
+
+The two servers run one after the other (two engines at once are too heavy for 2 cores):
+vLLM's first, then the daemon, which switches policy by reload. The tiny random model's
+distribution is nearly flat (logprobs about -9.8 everywhere, near-ties everywhere), so a
+lost or repeated token, a flipped argmax or a logprob off by more than rounding shows."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+
+from bench.servers import Server, Settings, parse_system
+from tests.support import BENCH_KNOBS, ROOT, running_daemon
+
+pytestmark = pytest.mark.engine
+
+SLICE_TOKENS = 4
+# scls cuts every dispatch into SLICE_TOKENS-token slices once the daemon reloads to it;
+# alise preempts a running job for a shorter one (no predictor: every job's prediction is
+# its budget) and drops its KV (recomputed at the resume). One job runs at a time.
+EXTRA = f"""
+[policies.scls]
+slicing = "always"
+slice_tokens = {SLICE_TOKENS}
+min_interval_s = 0.05
+[policies.alise]
+max_resident_jobs = 0
+[scheduler.aging]
+slowdown = 50.0
+[predictor]
+path = "none"
+iterative_path = "none"
+[costmodel]
+profile = "{ROOT / 'bench' / 'profiles' / 'tiny-llama-cpu-stack.json'}"
+"""
+# vLLM's tool parser for tool_choice "auto" on both servers: pythonic reads
+# `[name(arg='value'), ...]`, plain text that any tokenizer spells.
+PARSER = "pythonic"
+STOP = -1  # stands for a token id found in the reference answer (stop_token_ids)
+PROMPT = "Once upon a time"
+PENALTIES = {"frequency_penalty": 0.8, "presence_penalty": 0.5}
+TRUNCATING = {"repetition_penalty": 1.3, "top_k": 5, "min_p": 0.05}
+CMPL = {"prompt": PROMPT, "max_tokens": 10, "temperature": 0.0, "return_token_ids": True}
+CHAT = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 10,
+        "temperature": 0.0, "return_token_ids": True}
+USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "completion-logprobs": ("/v1/completions", {**CMPL, **PENALTIES, "logprobs": 3}),
+    "completion-truncating-stream": ("/v1/completions", {**CMPL, **TRUNCATING, "logprobs": 2,
+                                                         "stream": True, **USAGE}),
+    "completion-stop-id": ("/v1/completions", {**CMPL, **PENALTIES, "logprobs": 1,
+                                               "stop_token_ids": [STOP]}),
+    "completion-stop-id-stream": ("/v1/completions", {**CMPL, **PENALTIES, "logprobs": 1,
+                                                      "stop_token_ids": [STOP],
+                                                      "stream": True}),
+    # lm-eval's log-likelihood shape: the prompt's logprobs in the answer
+    "completion-echo": ("/v1/completions", {**CMPL, "echo": True, "logprobs": 2,
+                                            "max_tokens": 1}),
+    "chat-logprobs": ("/v1/chat/completions", {**CHAT, **PENALTIES, "logprobs": True,
+                                               "top_logprobs": 3}),
+    "chat-truncating-stream": ("/v1/chat/completions", {**CHAT, **TRUNCATING,
+                                                        "logprobs": True, "top_logprobs": 2,
+                                                        "stream": True, **USAGE}),
+    "chat-stop-id-stream": ("/v1/chat/completions", {**CHAT, **PENALTIES, "logprobs": True,
+                                                     "stop_token_ids": [STOP],
+                                                     "stream": True}),
+}
+# tool_choice "auto" under vLLM's pythonic parser: the tiny model writes what the regex lets
+# it (two calls), the parser finds the calls; streamed, they come as incremental deltas.
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object",
+                                          "properties": {"city": {"type": "string"}}}}}
+TOOLS = {"tools": [WEATHER], "tool_choice": "auto", "max_tokens": 40,
+         "structured_outputs": {"regex": r"\[get_weather\(city='(Paris|Rome)'\), "
+                                         r"get_weather\(city='Oslo'\)\]"}}
+CASES.update({
+    "chat-auto-tools": ("/v1/chat/completions", {**CHAT, **TOOLS}),
+    "chat-auto-tools-stream": ("/v1/chat/completions", {**CHAT, **TOOLS, "stream": True}),
+    "chat-auto-tools-plain": ("/v1/chat/completions", {**CHAT, "tools": [WEATHER]}),
+})
+# Streamed; a short request arrives once PREEMPT_AFTER chunks of it are out, and alise
+# preempts it for that one.
+LONG = ("/v1/completions", {**CMPL, **PENALTIES, "max_tokens": 300, "ignore_eos": True,
+                            "logprobs": 2, "stream": True})
+PREEMPT_AFTER = 8
+# Differ by design: ids, clocks, vLLM's version stamp.
+IGNORED = {"id", "created", "system_fingerprint"}
+TOLERANCE = 1e-3
+
+
+class Answers(msgspec.Struct):
+    reference: dict[str, Any]  # vLLM's server
+    whole: dict[str, Any]  # lengthwise, fcfs: no preemption
+    cut: dict[str, Any]  # lengthwise, scls slices: stopped and resumed every 4 tokens
+    resumes: float  # the daemon's resumes during the sliced run
+    long_reference: dict[str, Any]  # vLLM's server, LONG
+    long_preempted: dict[str, Any]  # lengthwise, alise: LONG preempted by a short request
+    preemptions: float  # the daemon's preemptions
+
+
+def _body(body: dict[str, Any], stop_id: int) -> dict[str, Any]:
+    ids = body.get("stop_token_ids")
+    return body if ids is None else {**body, "stop_token_ids": [stop_id]}
+
+
+def _merge(into: Any, piece: Any) -> Any:
+    """A stream's pieces as one body: strings concatenated, lists extended, the rest replaced
+    (None never replaces)."""
+    if piece is None:
+        return into
+    if isinstance(into, str) and isinstance(piece, str):
+        return into + piece
+    if isinstance(into, list) and isinstance(piece, list):
+        return into + piece
+    if isinstance(into, dict) and isinstance(piece, dict):
+        merged = dict(into)
+        for key, value in piece.items():
+            merged[key] = _merge(merged.get(key), value)
+        return merged
+    return piece
+
+
+def _merge_stream(lines: Iterator[str]) -> dict[str, Any]:
+    merged: dict[str, Any] = {"choices": {}}
+    for line in lines:
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        assert "error" not in chunk, chunk
+        for choice in chunk.pop("choices"):
+            index = choice["index"]
+            merged["choices"][index] = _merge(merged["choices"].get(index), choice)
+        for key, value in chunk.items():  # usage, model, ...: the last; token id lists grow
+            if value is not None:
+                merged[key] = _merge(merged.get(key), value) if isinstance(value, list) \
+                    else value
+    merged["choices"] = [merged["choices"][i] for i in sorted(merged["choices"])]
+    return merged
+
+
+def _call(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    body = {"model": "tiny-llama", **body}
+    if not body.get("stream"):
+        response = client.post(path, json=body)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+    with client.stream("POST", path, json=body) as response:
+        assert response.status_code == 200, response.read()
+        return _merge_stream(response.iter_lines())
+
+
+def _run_all(base_url: str, stop_id: int) -> dict[str, Any]:
+    with httpx.Client(base_url=base_url, timeout=120) as client:
+        return {name: _call(client, path, _body(body, stop_id))
+                for name, (path, body) in CASES.items()}
+
+
+def _stop_id(base_url: str) -> int:
+    """A token of the penalized greedy answer that is not its first (stop ids then end the
+    answer in the middle, after a slice boundary); the same for every server."""
+    with httpx.Client(base_url=base_url, timeout=120) as client:
+        ids = _call(client, "/v1/completions", {**CMPL, **PENALTIES})["choices"][0][
+            "token_ids"]
+    pick = SLICE_TOKENS + 2
+    assert len(ids) > pick and ids[pick] not in ids[:pick], ids
+    return int(ids[pick])
+
+
+def _preempted(base_url: str) -> dict[str, Any]:
+    """LONG, with a short request sent once it is under way (alise preempts LONG for it)."""
+    started = threading.Event()
+
+    def lines(source: Iterator[str]) -> Iterator[str]:
+        for k, line in enumerate(source):
+            if k >= 2 * PREEMPT_AFTER:  # a data line and a blank one per chunk
+                started.set()
+            yield line
+
+    def long() -> dict[str, Any]:
+        path, body = LONG
+        with httpx.Client(base_url=base_url, timeout=120) as client, \
+                client.stream("POST", path, json={"model": "tiny-llama", **body}) as response:
+            assert response.status_code == 200, response.read()
+            return _merge_stream(lines(response.iter_lines()))
+
+    with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=base_url, timeout=120) as client:
+        answer = pool.submit(long)
+        assert started.wait(120)
+        _call(client, "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+        return answer.result(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Answers:
+    folder = tmp_path_factory.mktemp("differential")
+    flags = ("--enable-auto-tool-choice", "--tool-call-parser", PARSER)
+    vllm = Server(parse_system("vllm"), Settings(model=tiny_model, dtype="float32",
+                                                 vllm_flags=flags), folder)
+    try:
+        vllm.wait_ready()
+        stop_id = _stop_id(vllm.base_url)
+        reference = _run_all(vllm.base_url, stop_id)
+        with httpx.Client(base_url=vllm.base_url, timeout=120) as client:
+            long_reference = _call(client, *LONG)
+    finally:
+        vllm.stop()
+    # the policies' tuning is a benchmark knob
+    with running_daemon(folder, tiny_model, BENCH_KNOBS, dtype="float32", max_running=1,
+                        tool_call_parser=PARSER, extra=EXTRA) as daemon:
+        whole = _run_all(daemon.base_url, stop_id)
+        before = daemon.metric("lengthwise_resume_total")
+        daemon.reload_policy("scls")
+        cut = _run_all(daemon.base_url, stop_id)
+        resumes = daemon.metric("lengthwise_resume_total") - before
+        daemon.reload_policy("alise")
+        long_preempted = _preempted(daemon.base_url)
+        preemptions = daemon.metric("lengthwise_preemptions_total")
+    return Answers(reference, whole, cut, resumes, long_reference, long_preempted,
+                   preemptions)
+
+
+def differences(want: Any, got: Any, path: str = "") -> list[str]:
+    """Where `got` differs from `want` (a missing key equals null; floats to TOLERANCE)."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        return [d for key in sorted(want.keys() | got.keys()) if key not in IGNORED
+                for d in differences(want.get(key), got.get(key), f"{path}.{key}")]
+    if isinstance(want, list) and isinstance(got, list):
+        if len(want) != len(got):
+            return [f"{path}: {len(want)} items, got {len(got)}: {want!r} vs {got!r}"]
+        return [d for k, (a, b) in enumerate(zip(want, got, strict=True))
+                for d in differences(a, b, f"{path}[{k}]")]
+    if isinstance(want, float) and isinstance(got, float | int) and \
+            not isinstance(got, bool):
+        return [] if abs(want - got) <= TOLERANCE else [f"{path}: {want} vs {got}"]
+    return [] if want == got else [f"{path}: {want!r} vs {got!r}"]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_same_answer_as_vllms_server(answers: Answers, case: str) -> None:
+    assert differences(answers.reference[case], answers.whole[case]) == []
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_same_answer_when_stopped_and_resumed_every_4_tokens(answers: Answers,
+                                                                 case: str) -> None:
+    assert differences(answers.reference[case], answers.cut[case]) == []
+
+
+def test_the_sliced_answers_were_resumed(answers: Answers) -> None:
+    """Every answer longer than a slice was resumed at least once."""
+    longer = sum(len(answers.reference[name]["choices"][0]["token_ids"] or []) > SLICE_TOKENS
+                 for name in CASES)
+    assert longer >= 5 and answers.resumes >= longer
+
+
+def test_the_same_answer_when_preempted_for_a_shorter_request(answers: Answers) -> None:
+    assert answers.preemptions >= 1
+    assert differences(answers.long_reference, answers.long_preempted) == []
+
+
+def test_auto_tool_choice_calls_come_whole_and_as_incremental_deltas(answers: Answers
+                                                                     ) -> None:
+    """Not vacuous: both servers found the two calls; streamed, each call's arguments came
+    in several deltas (the merged stream lists every delta)."""
+    for got in (answers.reference, answers.whole, answers.cut):
+        whole = got["chat-auto-tools"]["choices"][0]
+        calls = whole["message"]["tool_calls"]
+        assert whole["finish_reason"] == "tool_calls" and not whole["message"]["content"]
+        assert [c["function"]["name"] for c in calls] == ["get_weather"] * 2
+        assert json.loads(calls[1]["function"]["arguments"]) == {"city": "Oslo"}
+        streamed = got["chat-auto-tools-stream"]["choices"][0]
+        deltas = streamed["delta"]["tool_calls"]
+        assert streamed["finish_reason"] == "tool_calls" and len(deltas) > 4
+        for index, call in enumerate(calls):
+            pieces = [d["function"].get("arguments") or "" for d in deltas
+                      if d["index"] == index]
+            assert "".join(pieces) == call["function"]["arguments"]
+        plain = got["chat-auto-tools-plain"]["choices"][0]
+        assert plain["message"]["content"] and "tool_calls" not in plain["message"]

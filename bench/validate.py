@@ -6,7 +6,13 @@ report the relative error of mean and p99 JCT.
     python -m bench.validate --results OUT/results.json [--profile bench/profiles/X.json]
 
 The profile is each run's own learned clock (compare saves it at the end of every lengthwise
-run, OUT/learned/) unless --profile names one for all.
+run, OUT/learned/) unless --profile names one for all. vLLM's own server is replayed too
+(with --profile: it learns no clock) as lengthwise fcfs handing every request to the engine.
+
+What-ifs on the same arrivals: `--systems lengthwise:ssjf,lengthwise:fcfs+scheduler.backfill=false`
+replays the first run at each rate as each of these systems instead, and `--clock-scale 1.25`
+slows every step of the profile (near capacity a few per cent of engine speed is a factor
+in latency: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -77,8 +83,27 @@ def _as_sent(requests: list[workload.Request], run_requests: list) -> list[workl
             for r in requests]
 
 
+_STEP_COSTS = ("prefill_base_s", "prefill_per_token_s", "decode_base_s", "decode_per_seq_s",
+               "decode_per_context_token_s")
+
+
+def what_if(results: CompareResults, systems: list[str]) -> CompareResults:
+    """The first run at each rate, replayed as each of `systems` (same arrivals)."""
+    firsts = {run.rate: run for run in reversed(results.runs)}
+    runs = [msgspec.structs.replace(run, system=system)
+            for run in firsts.values() for system in systems]
+    return msgspec.structs.replace(results, runs=runs)
+
+
+def slowed(profile: costfile.Profile, scale: float) -> costfile.Profile:
+    """The profile with every step `scale` x as long."""
+    sim = msgspec.structs.replace(profile.sim, **{
+        name: getattr(profile.sim, name) * scale for name in _STEP_COSTS})
+    return msgspec.structs.replace(profile, sim=sim)
+
+
 def validate(results: CompareResults, profile: costfile.Profile | None,
-             predictor: str) -> list[Row]:
+             predictor: str, clock_scale: float = 1.0) -> list[Row]:
     rows = []
     for run in results.runs:
         kind, _, rest = run.system.partition(":")
@@ -91,7 +116,7 @@ def validate(results: CompareResults, profile: costfile.Profile | None,
         config = build_config(overrides=config_sets)
         if profile is None and not run.learned_profile:  # vLLM's server learns no clock
             continue
-        used = profile or costfile.load(run.learned_profile)
+        used = slowed(profile or costfile.load(run.learned_profile), clock_scale)
         opts = SimOptions(config=config, sim=build_sim(used.sim, sim_sets),
                           natural=results.natural, max_model_len=spec.max_model_len)
         estimates = predictions(requests, _predictor_for(policy, predictor), spec.seed,
@@ -123,12 +148,18 @@ def main(argv: list[str]) -> int:
                    help="one cost profile for every run (default: each run's learned clock)")
     p.add_argument("--predictor", default="predictor/models/default",
                    help="predictor the daemon ran with (for non-oracle length policies)")
+    p.add_argument("--systems", help="comma list: replay the first run at each rate as these "
+                   "systems instead (lengthwise:POLICY+KEY=V, vllm)")
+    p.add_argument("--clock-scale", type=float, default=1.0,
+                   help="every simulated step this many times as long")
     p.add_argument("--out", type=Path, help="write the markdown table here too")
     p.add_argument("--plot", type=Path, help="PNG: real and simulated JCT CDFs, per run")
     args = p.parse_args(argv)
     results = msgspec.json.decode(args.results.read_bytes(), type=CompareResults)
+    if args.systems:
+        results = what_if(results, args.systems.split(","))
     rows = validate(results, costfile.load(args.profile) if args.profile else None,
-                    args.predictor)
+                    args.predictor, args.clock_scale)
     text = table(rows)
     if args.out:
         args.out.write_text(text)

@@ -122,6 +122,7 @@ class Executor(abc.ABC):
         self._step: list[tuple[str, list[int]]] = []  # tokens not yet reported
         self._ends: list[Stopped] = []  # ends of runs whose last tokens are in _step
         self._flush_pending = False
+        self._failure_reported = False  # an _EngineFailure is in the command queue
         # Restart attempts since the engine last produced a token: an engine that restarts
         # but never serves must not be restarted forever.
         self._attempts = 0
@@ -148,6 +149,8 @@ class Executor(abc.ABC):
                     return
                 if command is not None:
                     self._handle(command)
+                if isinstance(command, _EngineFailure):
+                    self._failure_reported = False
                 if isinstance(command, _EngineFailure) or loop.time() >= next_check:
                     next_check = loop.time() + self.config.health_check_interval_s
                     await self._check_health(loop.time(), command)
@@ -221,8 +224,12 @@ class Executor(abc.ABC):
             self._inbox.put_nowait(capacity)
 
     def _engine_failed(self, why: str) -> None:
-        """A generation hit an engine failure: the task takes the engine out of service."""
-        self.commands.put_nowait(_EngineFailure(why))
+        """A generation hit an engine failure: the task takes the engine out of service.
+        Every running request reports the same failure; one report is enough (a second,
+        handled after the restart, would restart the new engine too)."""
+        if not self._failure_reported:
+            self._failure_reported = True
+            self.commands.put_nowait(_EngineFailure(why))
 
     # ---- engine health ------------------------------------------------------------------
 

@@ -135,6 +135,27 @@ async def test_an_executor_marked_down_is_restarted_at_once() -> None:
         await executor.shutdown()
 
 
+async def test_one_engine_failure_reported_by_every_run_restarts_once() -> None:
+    """Every running request sees the engine fail; the engine is restarted once, not once
+    per report (a report handled after the restart would take the new engine down)."""
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    executor = SimExecutor("sim0", inbox, FAST, EngineConfig(health_check_interval_s=30.0))
+    await executor.start()
+    task = asyncio.create_task(executor.run())
+    try:
+        await asyncio.sleep(0.05)
+        for _ in range(3):
+            executor._engine_failed("the engine died")
+        await _until(lambda: executor.restarts == 1, timeout_s=2.0)
+        await asyncio.sleep(0.2)
+        assert executor.restarts == 1 and executor.down_reason is None
+        assert sum(isinstance(e, EngineDown) for e in inbox._queue) == 1  # type: ignore[attr-defined]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await executor.shutdown()
+
+
 async def test_reports_come_in_order_and_stale_commands_change_nothing() -> None:
     """Started, then one Tokens event per step, then Stopped; a Stop for a job it does not
     run is ignored; an abort ends a run at once; a launch while down is handed back."""

@@ -88,6 +88,23 @@ class Routes:
         except ValueError as exc:
             raise translate.bad_request(str(exc), getattr(exc, "param", None)) from None
 
+    def _refuse_early(self, req: SamplingFields, key: ApiKey | None, request: Request) -> None:
+        """A request whose latency objective cannot be met even with an empty prompt gets
+        its 429 before its prompt is read and tokenized (the wait ahead of it does not
+        depend on its prompt), so a refusal leaves in milliseconds under load; admission
+        tests it again, prompt included, when it submits."""
+        svc = self.service
+        self._check_priority(req.priority, key)
+        objective = slo.objective(request.headers, req.priority, key, svc.config.slo.classes)
+        if objective is None or not svc.ready:
+            return
+        probe = svc.new_job([], SamplingSpec(max_tokens=1), req.priority, "probe", None,
+                            objective)
+        refusal = svc.scheduler.forecast.refusal(probe)
+        if refusal is not None:
+            svc.metrics.slo.refused(req.priority)
+            raise slo.refused(SloUnreachable(refusal))
+
     async def _admit(self, req: SamplingFields, prompts: list[Prompt], prefix: str,
                      key: ApiKey | None, spec_for: Any, request: Request) -> Answer:
         """Jobs for every prompt x n choices, all or none."""
@@ -196,6 +213,7 @@ class Routes:
         self._check_model(req.model)
         svc = self.service
         chosen = chat.check(req, svc.config.model.tool_call_parser)
+        self._refuse_early(req, key, request)
         template, plain = translate.chat_messages(req)
         try:
             ids = await asyncio.to_thread(svc.tokenizer.encode_chat, template,
@@ -251,6 +269,7 @@ class Routes:
         req: CompletionRequest = await self._read(request, CompletionRequest)
         self._check_model(req.model)
         translate.check_request(req, bool(req.stream))
+        self._refuse_early(req, key, request)
         tok = self.service.tokenizer
         add_special = True if req.add_special_tokens is None else req.add_special_tokens
         prompts = []

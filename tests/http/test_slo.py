@@ -104,6 +104,25 @@ async def test_unreachable_ttft_is_refused_at_once_before_any_engine_work(
 
 
 @pytest.mark.asyncio
+async def test_a_refusal_does_not_wait_for_the_prompt_to_be_tokenized(
+        rig: tuple[httpx.AsyncClient, Service], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait ahead of a request does not depend on its prompt: one that cannot make its
+    TTFT even with an empty prompt is refused before tokenizing (which runs in a thread and
+    waits its turn under load); one that can is tokenized and admitted as usual."""
+    http, service = rig
+    encoded: list[int] = []
+    encode_chat = service.tokenizer.encode_chat
+    monkeypatch.setattr(service.tokenizer, "encode_chat",
+                        lambda *a, **k: encoded.append(1) or encode_chat(*a, **k))
+    await _occupy(service, count=2)
+    refused = await http.post("/v1/chat/completions", json=ASK, headers={TTFT_HEADER: "50"})
+    assert refused.status_code == 429 and encoded == []
+    served = await http.post("/v1/chat/completions", json=ASK,
+                             headers={TTFT_HEADER: "600000"})
+    assert served.status_code == 200 and encoded == [1]
+
+
+@pytest.mark.asyncio
 async def test_a_sheddable_class_gives_its_room_to_a_more_urgent_request_only(
         rig: tuple[httpx.AsyncClient, Service]) -> None:
     http, service = rig

@@ -1,4 +1,4 @@
-"""Helpers for tests that run the real daemon as a subprocess."""
+"""Helpers for tests that run the real daemon: as a subprocess, or its app in-process."""
 
 from __future__ import annotations
 
@@ -11,13 +11,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from daemon.config import Config
 from daemon.core.stream import JobEnd, OutputStream, TokenDelta
+from daemon.http.app import build_app
+from daemon.service import Service
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOLLM2 = ROOT / "models" / "smollm2-135m-instruct"
@@ -28,6 +31,20 @@ AZURE_CONV = SHARED_DATA / "azure_llm_2023_conv.csv"
 LENGTHWISE = Path(sys.executable).parent / "lengthwise"
 # The environment of a daemon whose config sets benchmark knobs (daemon/config.py).
 BENCH_KNOBS = {"LENGTHWISE_BENCH_KNOBS": "1"}
+
+
+@contextlib.asynccontextmanager
+async def in_process(config: Config) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
+    """The daemon's app in this process (ASGI, no socket) on `config`: a client and its
+    service, shut down afterwards."""
+    service = await Service.create(config)
+    await service.start()
+    try:
+        transport = httpx.ASGITransport(app=build_app(service))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            yield http, service
+    finally:
+        await service.shutdown()
 
 
 def free_port() -> int:

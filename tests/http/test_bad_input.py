@@ -14,8 +14,7 @@ import pytest_asyncio
 
 from bench.malformed import Case, corpus
 from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig
-from daemon.http.app import build_app
-from daemon.service import Service
+from tests.support import in_process
 
 pytestmark = pytest.mark.asyncio
 
@@ -41,13 +40,9 @@ async def http(smollm2_model: Path) -> AsyncIterator[httpx.AsyncClient]:
     config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=512),
                     engine=EngineConfig(kind="sim", max_num_seqs=2),
                     scheduler=SchedulerConfig(max_running=2))
-    service = await Service.create(config)
-    await service.start()
-    transport = httpx.ASGITransport(app=build_app(service))
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    async with in_process(config) as (client, service):
         yield client
         assert service.scheduler.num_jobs == 0  # no refused request left a job behind
-    await service.shutdown()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])

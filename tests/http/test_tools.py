@@ -17,11 +17,10 @@ import pytest_asyncio
 
 from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig
 from daemon.http import tools
-from daemon.http.app import build_app
 from daemon.http.errors import ApiError
 from daemon.http.responses import ErrorInfo
 from daemon.http.schemas import ChatCompletionRequest, NamedToolChoice
-from daemon.service import Service
+from tests.support import in_process
 
 MODEL = "smollm2-135m-instruct"
 WEATHER = {"type": "function", "function": {
@@ -103,12 +102,8 @@ async def client(request: pytest.FixtureRequest, smollm2_model: Path
                                       tool_call_parser=request.param),
                     engine=EngineConfig(kind="sim", max_num_seqs=2),
                     scheduler=SchedulerConfig(max_running=2))
-    service = await Service.create(config)
-    await service.start()
-    transport = httpx.ASGITransport(app=build_app(service))
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+    async with in_process(config) as (http, _):
         yield http, request.param
-    await service.shutdown()
 
 
 @pytest.mark.asyncio

@@ -92,7 +92,8 @@ async def _one(client: httpx.AsyncClient, base: str, req: Request, opts: ClientO
                                  headers=opts.headers) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")[:200]
-                return _failed(req, f"HTTP {resp.status_code}: {text}")
+                return _failed(req, f"HTTP {resp.status_code}: {text}",
+                               time.perf_counter() - arrival)
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -116,9 +117,11 @@ async def _one(client: httpx.AsyncClient, base: str, req: Request, opts: ClientO
                          ttft_s=first - arrival, jct_s=last - arrival)
 
 
-def _failed(req: Request, error: str) -> RequestResult:
+def _failed(req: Request, error: str, after_s: float = math.nan) -> RequestResult:
+    """A request that got no answer; `after_s`: when its error response came (jct_s)."""
     return RequestResult(index=req.index, arrival_s=req.arrival_s,
-                         prompt_tokens=req.prompt_tokens, output_tokens=0, ok=False, error=error)
+                         prompt_tokens=req.prompt_tokens, output_tokens=0, ok=False, error=error,
+                         jct_s=after_s)
 
 
 async def run_requests(base_url: str, requests: Sequence[Request], opts: ClientOptions,

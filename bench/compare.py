@@ -179,12 +179,20 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
                   f"p99 {summary.p99_jct:.2f} s, TTFT {summary.mean_ttft:.2f} s, "
                   f"{summary.throughput_tps:.0f} tok/s, goodput {summary.goodput_rps:.2f} req/s, "
                   f"preemptions engine {engine_pre:g} policy {policy_pre:g}, "
-                  f"{summary.n_failed} failed ({summary.n_refused} x 429); "
+                  f"{summary.n_failed} failed ({summary.n_refused} x 429{_refusal_times(summary)}); "
                   f"{cpu.describe()}", flush=True)
             cpu.warn_if_contaminated("during this run")
     finally:
         server.stop()
     return startup, records
+
+
+def _refusal_times(summary: Summary) -> str:
+    """", 429 after 12 ms median / 40 ms p99" where the client timed the refusals."""
+    if math.isnan(summary.p50_refusal_s):
+        return ""
+    return (f", 429 after {summary.p50_refusal_s * 1000:.0f} ms median / "
+            f"{summary.p99_refusal_s * 1000:.0f} ms p99")
 
 
 def _snapshot_clock(server: Server, system: System, folder: Path, tag: str) -> str:

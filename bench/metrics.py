@@ -17,7 +17,7 @@ class RequestResult(msgspec.Struct, kw_only=True):
     output_tokens: int  # tokens actually received
     ok: bool
     ttft_s: float = math.nan  # arrival -> first output token
-    jct_s: float = math.nan  # arrival -> last output token
+    jct_s: float = math.nan  # arrival -> last output token (failed: -> the error, if known)
     error: str = ""
 
     @property
@@ -50,6 +50,9 @@ class Summary(msgspec.Struct, kw_only=True):
     norm_latency: float  # mean over requests of JCT / output tokens (s/token)
     goodput_rps: float  # completed requests meeting both SLOs, per second
     n_refused: int = 0  # failed with 429 (refused or shed to keep latency objectives)
+    # Seconds from arrival to the 429, where the client timed it (ours does; vLLM's not).
+    p50_refusal_s: float = math.nan
+    p99_refusal_s: float = math.nan
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -79,6 +82,7 @@ def summarize(results: Sequence[RequestResult], slo_ttft: float | None = None,
     span = end - start
     per_s = (lambda n: n / span) if span > 0 else (lambda n: math.nan)
     good = sum(1 for r in done if meets_slo(r, slo_ttft, slo_tpot))
+    refused = [r for r in results if not r.ok and _refused(r.error)]
     return Summary(
         n_completed=len(done), n_failed=len(results) - len(done),
         mean_jct=_mean(jct), p50_jct=_pct(jct, 50), p95_jct=_pct(jct, 95),
@@ -88,7 +92,9 @@ def summarize(results: Sequence[RequestResult], slo_ttft: float | None = None,
         throughput_tps=per_s(sum(r.output_tokens for r in done)),
         norm_latency=_mean([r.jct_s / r.output_tokens for r in done if r.output_tokens > 0]),
         goodput_rps=per_s(good),
-        n_refused=sum(1 for r in results if not r.ok and _refused(r.error)),
+        n_refused=len(refused),
+        p50_refusal_s=_pct([r.jct_s for r in refused], 50),
+        p99_refusal_s=_pct([r.jct_s for r in refused], 99),
     )
 
 

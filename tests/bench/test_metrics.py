@@ -50,7 +50,8 @@ def test_json_has_exactly_the_issue_fields_and_no_nan() -> None:
     empty = json.loads(to_json(summarize([_r(0, 0.0, 0, 0, 0, ok=False)])))
     assert list(empty) == ["n_completed", "n_failed", "mean_jct", "p50_jct", "p95_jct",
                            "p99_jct", "mean_ttft", "p50_ttft", "p99_ttft", "mean_tpot", "throughput_rps",
-                           "throughput_tps", "norm_latency", "goodput_rps", "n_refused"]
+                           "throughput_tps", "norm_latency", "goodput_rps", "n_refused",
+                           "p50_refusal_s", "p99_refusal_s"]
     assert empty["mean_jct"] is None and not any(
         isinstance(v, float) and math.isnan(v) for v in empty.values())
 
@@ -63,3 +64,6 @@ def test_refusals_are_counted_from_either_client() -> None:
     other = _r(2, 0.0, 0, 0, 0, ok=False)
     other.error = "HTTP 500: boom"
     assert summarize([ours, vllms, other]).n_refused == 2
+    ours.jct_s = 0.012  # our client times the 429; vLLM's does not
+    s = summarize([ours, vllms, other])
+    assert s.p50_refusal_s == s.p99_refusal_s == 0.012

@@ -64,6 +64,6 @@ def test_refusals_are_counted_from_either_client() -> None:
     other = _r(2, 0.0, 0, 0, 0, ok=False)
     other.error = "HTTP 500: boom"
     assert summarize([ours, vllms, other]).n_refused == 2
-    ours.jct_s = 0.012  # our client times the 429; vLLM's does not
+    ours.jct_s, vllms.jct_s = 0.012, math.nan  # our client times the 429; vLLM's does not
     s = summarize([ours, vllms, other])
     assert s.p50_refusal_s == s.p99_refusal_s == 0.012

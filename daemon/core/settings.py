@@ -52,7 +52,7 @@ class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
 class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     # Policy name from the registry in policies/: blend, fcfs, ssjf, hrrn, isrtf, alise,
     # scls; oracle-sjf, oracle-srpt and oracle-blend need true lengths (benchmarks only).
-    policy: str = "fcfs"
+    policy: str = "ssjf"
     # Jobs admitted to one executor at once; the rest wait in lengthwise, where the policy
     # orders them. "auto": as many as the engine's KV cache holds at their predicted
     # footprint (prompt + an upper quantile of the answer: core/admission.py), at most

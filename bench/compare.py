@@ -189,7 +189,7 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
 
 def _refusal_times(summary: Summary) -> str:
     """", 429 after 12 ms median / 40 ms p99" where the client timed the refusals."""
-    if math.isnan(summary.p50_refusal_s):
+    if summary.p50_refusal_s is None or summary.p99_refusal_s is None:
         return ""
     return (f", 429 after {summary.p50_refusal_s * 1000:.0f} ms median / "
             f"{summary.p99_refusal_s * 1000:.0f} ms p99")

@@ -51,8 +51,8 @@ class Summary(msgspec.Struct, kw_only=True):
     goodput_rps: float  # completed requests meeting both SLOs, per second
     n_refused: int = 0  # failed with 429 (refused or shed to keep latency objectives)
     # Seconds from arrival to the 429, where the client timed it (ours does; vLLM's not).
-    p50_refusal_s: float = math.nan
-    p99_refusal_s: float = math.nan
+    p50_refusal_s: float | None = None
+    p99_refusal_s: float | None = None
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -93,9 +93,13 @@ def summarize(results: Sequence[RequestResult], slo_ttft: float | None = None,
         norm_latency=_mean([r.jct_s / r.output_tokens for r in done if r.output_tokens > 0]),
         goodput_rps=per_s(good),
         n_refused=len(refused),
-        p50_refusal_s=_pct([r.jct_s for r in refused], 50),
-        p99_refusal_s=_pct([r.jct_s for r in refused], 99),
+        p50_refusal_s=_known(_pct([r.jct_s for r in refused], 50)),
+        p99_refusal_s=_known(_pct([r.jct_s for r in refused], 99)),
     )
+
+
+def _known(value: float) -> float | None:
+    return None if math.isnan(value) else value
 
 
 def _refused(error: str) -> bool:
@@ -127,7 +131,7 @@ class Spread(msgspec.Struct, frozen=True):
 
 def spread(summaries: Sequence[Summary], field: str) -> Spread:
     values = [getattr(s, field) for s in summaries]
-    clean = [v for v in values if not math.isnan(v)]
+    clean = [v for v in values if v is not None and not math.isnan(v)]
     if not clean:
         return Spread(math.nan, math.nan, math.nan)
     return Spread(float(np.median(clean)), min(clean), max(clean))

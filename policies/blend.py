@@ -71,21 +71,14 @@ class Blend(Policy):
     def __init__(self, params: BlendParams | None = None, cost: CostModel | None = None,
                  max_running: int = 4) -> None:
         super().__init__(params, cost, max_running)
-        params = params or BlendParams()
-        self.beta = params.beta
-        self.bound_share = params.bound_share
-        self.preempt = params.preempt
-        self.early_fraction = params.early_fraction
-        self.margin = params.margin
-        self.max_preemptions = params.max_preemptions
-        self.offload = params.offload
-        self.offload_min_tokens = params.offload_min_tokens
+        self.params = params or BlendParams()
+        self.max_preemptions = self.params.max_preemptions  # the core reads it
 
     def order_key(self, job: Job) -> float:
-        return job.arrival_time + self.beta * self.service_s(job)
+        return job.arrival_time + self.params.beta * self.service_s(job)
 
     def own_wait_s(self, job: Job) -> float:
-        return self.bound_share * self.beta * self.service_s(job)
+        return self.params.bound_share * self.params.beta * self.service_s(job)
 
     def engine_priority(self, job: Job) -> int:
         # vLLM's own memory preemption then hits the job with the most tokens left.
@@ -106,20 +99,20 @@ class Blend(Policy):
 
     def is_early(self, job: Job) -> bool:
         done = job.num_generated_tokens
-        return done < self.early_fraction * (done + self.remaining_tokens(job))
+        return done < self.params.early_fraction * (done + self.remaining_tokens(job))
 
     def choose_victim(self, candidate: Job, running: Sequence[Job], now: float) -> Job | None:
-        if not self.preempt:
+        if not self.params.preempt:
             return None
         early = [job for job in running if self.is_early(job)]
         return pick_victim(candidate, early, self.remaining_s, self._pays)
 
     def _pays(self, candidate: Job, victim: Job) -> bool:
         resume = self.resume_s(victim)
-        if self.order_key(candidate) >= victim.arrival_time + self.beta * (
+        if self.order_key(candidate) >= victim.arrival_time + self.params.beta * (
                 self.remaining_s(victim) + resume):
             return False
-        return self.remaining_s(victim) > (1.0 + self.margin) * (
+        return self.remaining_s(victim) > (1.0 + self.params.margin) * (
             self.service_s(candidate) + resume)
 
     def preempt_residency(self, job: Job, ctx: DispatchContext) -> KVResidency:
@@ -127,7 +120,7 @@ class Blend(Policy):
 
     def _offloads(self, job: Job) -> bool:
         context = job.num_prompt_tokens + job.num_generated_tokens
-        return self.offload and context >= self.offload_min_tokens
+        return self.params.offload and context >= self.params.offload_min_tokens
 
 
 class OracleBlend(Blend):

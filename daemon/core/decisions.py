@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from daemon.core import admission, guard
+from daemon.core import admission, guard, slo
 from daemon.core.events import Launch
 from daemon.core.job import Job, JobStatus, StopRequest
 from daemon.core.lanes import Lane
@@ -79,7 +79,8 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
     until = {}
     for lane in lanes.values():
         if lane.memory_bound and lane.free_slots > 0:
-            ends = sorted((_remaining_s(policy, job), job.job_id) for job in lane.running.values())
+            ends = sorted((slo.running_left_s(job, policy, policy.batch_hint), job.job_id)
+                          for job in lane.running.values())
             until[lane.name] = admission.seconds_until_fits(lane.capacity, lane.kv, ends,
                                                             footprint(head), context)
     if not until:
@@ -95,11 +96,6 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
                 yield job, lane
                 break
 
-
-def _remaining_s(policy: Policy, job: Job) -> float:
-    """A running job's predicted seconds to its last token (no prefill: it has run)."""
-    context = job.num_prompt_tokens + job.num_generated_tokens
-    return policy.cost.wall_s(0, context, policy.remaining_tokens(job), policy.batch_hint)
 
 
 def lane_that_fits(job: Job, lane: Lane, kv_tokens: float, lanes: Sequence[Lane],

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from daemon.apikeys import ApiKey
-from daemon.core.job import SamplingSpec
+from daemon.core.job import SamplingSpec, Slo
 from daemon.core.scheduler import NotAccepting, QueueFull, SloUnreachable
 from daemon.core.stream import JobEnd, TokenDelta
 from daemon.http import chat, render, slo, tools, translate
@@ -88,36 +88,37 @@ class Routes:
         except ValueError as exc:
             raise translate.bad_request(str(exc), getattr(exc, "param", None)) from None
 
-    def _refuse_early(self, req: SamplingFields, key: ApiKey | None, request: Request) -> None:
-        """A request whose latency objective cannot be met even with an empty prompt gets
-        its 429 before its prompt is read and tokenized (the wait ahead of it does not
-        depend on its prompt), so a refusal leaves in milliseconds under load; admission
-        tests it again, prompt included, when it submits."""
+    def _objective(self, req: SamplingFields, key: ApiKey | None, request: Request
+                   ) -> Slo | None:
+        """The request's priority checked and its latency objective (headers, key, class).
+        One that cannot be met even with an empty prompt gets its 429 here, before the
+        prompt is tokenized (the wait ahead of it does not depend on its prompt), so a
+        refusal leaves in milliseconds under load; admission tests it again, prompt
+        included, when it submits."""
         svc = self.service
         self._check_priority(req.priority, key)
         objective = slo.objective(request.headers, req.priority, key, svc.config.slo.classes)
         if objective is None or not svc.ready:
-            return
+            return objective
         probe = svc.new_job([], SamplingSpec(max_tokens=1), req.priority, "probe", None,
                             objective)
         refusal = svc.scheduler.forecast.refusal(probe)
         if refusal is not None:
             svc.metrics.slo.refused(req.priority)
             raise slo.refused(SloUnreachable(refusal))
+        return objective
 
     async def _admit(self, req: SamplingFields, prompts: list[Prompt], prefix: str,
-                     key: ApiKey | None, spec_for: Any, request: Request) -> Answer:
-        """Jobs for every prompt x n choices, all or none."""
+                     objective: Slo | None, spec_for: Any) -> Answer:
+        """Jobs for every prompt x n choices, all or none (`objective`: _objective's)."""
         svc = self.service
         if not svc.ready:
             raise ApiError(503, "the server is starting; retry shortly", "server_error",
                            retry_after_s=svc.retry_after_s())
-        self._check_priority(req.priority, key)
         specs = [spec_for(p) for p in prompts]
         for spec in dict.fromkeys(specs):
             self._check_sampling(spec)
         n = req.n or 1
-        objective = slo.objective(request.headers, req.priority, key, svc.config.slo.classes)
         jobs = []
         for p, spec in zip(prompts, specs, strict=True):
             for k in range(n):
@@ -213,7 +214,7 @@ class Routes:
         self._check_model(req.model)
         svc = self.service
         chosen = chat.check(req, svc.config.model.tool_call_parser)
-        self._refuse_early(req, key, request)
+        objective = self._objective(req, key, request)
         template, plain = translate.chat_messages(req)
         try:
             ids = await asyncio.to_thread(svc.tokenizer.encode_chat, template,
@@ -233,8 +234,8 @@ class Routes:
             return self._spec(req, p, max_new, top, bool(req.echo), schema)
 
         readers = self._tool_readers(req, chosen, ids)
-        answer = await self._admit(req, [Prompt(ids, "", plain)], "chatcmpl", key, spec_for,
-                                   request)
+        answer = await self._admit(req, [Prompt(ids, "", plain)], "chatcmpl", objective,
+                                   spec_for)
         opts = self._options(req, top, False)
         echo = chat.echo_text(req)
         if req.stream:
@@ -269,7 +270,7 @@ class Routes:
         req: CompletionRequest = await self._read(request, CompletionRequest)
         self._check_model(req.model)
         translate.check_request(req, bool(req.stream))
-        self._refuse_early(req, key, request)
+        objective = self._objective(req, key, request)
         tok = self.service.tokenizer
         add_special = True if req.add_special_tokens is None else req.add_special_tokens
         prompts = []
@@ -292,7 +293,7 @@ class Routes:
                                            svc.config.limits)
             return self._spec(req, p, max_new, top, echo)
 
-        answer = await self._admit(req, prompts, "cmpl", key, spec_for, request)
+        answer = await self._admit(req, prompts, "cmpl", objective, spec_for)
         opts = self._options(req, top, echo)
         if req.stream:
             return StreamingResponse(self._completion_stream(answer, opts),

@@ -88,8 +88,10 @@ _STEP_COSTS = ("prefill_base_s", "prefill_per_token_s", "decode_base_s", "decode
 
 
 def what_if(results: CompareResults, systems: list[str]) -> CompareResults:
-    """The first run at each rate, replayed as each of `systems` (same arrivals)."""
+    """The first run at each rate, replayed as each of `systems` (same arrivals). A run
+    of lengthwise goes first: it carries a learned clock, vLLM's server's does not."""
     firsts = {run.rate: run for run in reversed(results.runs)}
+    firsts.update({run.rate: run for run in reversed(results.runs) if run.learned_profile})
     runs = [msgspec.structs.replace(run, system=system)
             for run in firsts.values() for system in systems]
     return msgspec.structs.replace(results, runs=runs)

@@ -65,6 +65,15 @@ class Forecaster:
         rest = max(len(jobs) - slo.MAX_AHEAD, 0) * self.estimates.typical_service_s
         return slo.start_in(free, services) + rest / max(len(free), 1)
 
+    def fcfs_wait_s(self) -> float:
+        """Seconds a job arriving now would wait behind every waiting one (FCFS's wait),
+        without the learned margin: 0 while a slot is free and nothing waits."""
+        if not len(self.waiting) and all(lane.free_slots > 0 for lane in self.lanes
+                                         if lane.down_reason is None):
+            return 0.0
+        wait = self._start_in(self.waiting)
+        return wait if math.isfinite(wait) else 0.0
+
     def ahead_of(self, job: Job, pending: Iterable[Job] = ()) -> list[Job]:
         """Jobs that go before a new `job` with an objective, in the order they go: waiting
         ones of a more urgent rank, on-time ones of its rank that must start earlier

@@ -122,6 +122,10 @@ class Job:
     generated_token_ids: list[int] = field(default_factory=list)
     enqueue_time: float = 0.0  # when it last entered the waiting set
     waited_s: float = 0.0  # seconds waited in all earlier waits (preemptions, slices)
+    # Forecast wait behind every job queued when it first arrived (what FCFS would make it
+    # wait), in typical service times, so that it follows the learned clock as the rest of
+    # its aging bound does. The bound adds it, so that a queue does not promote everyone.
+    fcfs_wait_services: float = 0.0
     first_token_time: float | None = None
     finish_time: float | None = None
     finish_reason: str | None = None

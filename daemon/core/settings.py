@@ -45,6 +45,10 @@ class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     # bound that it meets if jobs start in deadline order (the first 64 deadlines); if one
     # would, the earliest deadline goes first. Acts before a bound is missed, not after.
     lookahead: Annotated[bool, BENCH_KNOB] = True
+    # Each bound also counts the wait FCFS would give the job when it arrives (its forecast
+    # start behind every waiting job): under a queue the bounds stretch with it, as FCFS's
+    # own waits do, instead of promoting every job and so turning any order into FCFS.
+    fcfs_relative: Annotated[bool, BENCH_KNOB] = True
     # False: no bound at all (comparisons with a policy's own starvation behaviour).
     enabled: Annotated[bool, BENCH_KNOB] = True
 

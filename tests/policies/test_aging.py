@@ -77,6 +77,40 @@ def test_relative_bound_holds_for_the_job_a_policy_would_starve(policy: str,
     assert first.waited_s <= first.bound_s + slack
 
 
+def overload_workload() -> list[Spec]:
+    """Short and long jobs, alternating, arriving 1.5x faster than one slot serves them:
+    the queue grows for the whole run, as in a burst above capacity."""
+    return [Spec(0.08 * i, 30, 60 if i % 2 else 5, predicted=60.0 if i % 2 else 5.0)
+            for i in range(80)]
+
+
+def _mean_short_wait(fcfs_relative: bool) -> tuple[float, harness.Result]:
+    config = harness.make_config("ssjf", max_running=1, promote_after_s=60.0, slowdown=2.0,
+                                 lookahead=True, fcfs_relative=fcfs_relative)
+    result = harness.run(config, overload_workload())
+    assert result.drained
+    shorts = {job.job_id for job in result.jobs if job.true_output_tokens == 5}
+    waits = [d.waited_s for d in result.dispatches if d.job_id in shorts]
+    return sum(waits) / len(waits), result
+
+
+def test_a_queue_does_not_turn_aging_into_fcfs() -> None:
+    """In an overload every wait outgrows slowdown x the typical service: a bound without
+    the wait FCFS itself would give promotes every job, earliest deadline (arrival) first,
+    and short jobs wait as under FCFS. With FCFS's wait in the bound, SJF's order holds and
+    short jobs wait far less, while every wait stays within its bound plus one service."""
+    relative, result = _mean_short_wait(True)
+    uniform, _ = _mean_short_wait(False)
+    fcfs = harness.run(harness.make_config("fcfs", max_running=1), overload_workload())
+    fcfs_shorts = [d.waited_s for d in fcfs.dispatches if d.job_id in {
+        job.job_id for job in fcfs.jobs if job.true_output_tokens == 5}]
+    fcfs_mean = sum(fcfs_shorts) / len(fcfs_shorts)
+    assert uniform > 0.7 * fcfs_mean  # promoted by age: FCFS's order, near FCFS's waits
+    assert relative < 0.5 * uniform
+    for d in result.dispatches:
+        assert d.bound_s is not None and d.waited_s <= d.bound_s + LONG_SERVICE_S
+
+
 @pytest.mark.parametrize("policy", ["ssjf", "isrtf", "alise", "oracle-sjf", "oracle-srpt"])
 def test_without_aging_the_long_job_starves(policy: str) -> None:
     """The control: the workload above does starve length-aware policies without aging."""

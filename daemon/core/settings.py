@@ -25,15 +25,16 @@ class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     """[scheduler.aging]: every wait is bounded on the workload's own time scale.
 
     A job's bound is slowdown x the typical predicted service time (an EWMA over arriving
-    jobs of the seconds each needs once it runs in a full batch, from the cost model), at
-    least min_wait_s and at most promote_after_s. A job whose total wait (all its waits:
+    jobs of the seconds each needs once it runs in a full batch, from the cost model), plus
+    the wait FCFS would have given it when it arrived (fcfs_relative), at least min_wait_s
+    and at most promote_after_s. A job whose total wait (all its waits:
     first, and after each preemption or slice) reaches its bound is promoted ahead of every
     non-promoted job, earliest deadline first, and is no longer preempted.
     """
 
     # The tail knob: a job may wait this many typical service times (0 = only the absolute
     # bound below). Lower: tail nearer FCFS's; higher: mean nearer the policy's own.
-    slowdown: Annotated[float, _NonNegative] = 4.0
+    slowdown: Annotated[float, _NonNegative] = 2.0
     # Absolute backstop (s): no job waits longer than this in total, whatever its size.
     promote_after_s: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     # Seconds every job may wait before its bound applies (a floor, <= promote_after_s).

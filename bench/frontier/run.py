@@ -12,11 +12,12 @@ import numpy as np
 from bench import workload
 from bench.metrics import Summary, summarize
 from bench.pool import run_pool
+from bench.sim.predictions import Estimate
 from bench.sim.run import SimOptions, simulate
 from daemon.config import Config
 
 Requests = Sequence[workload.Request]
-Predictions = Sequence[float | None]
+Predictions = Sequence[Estimate]
 # Gap between requests served "alone" (virtual seconds): far longer than any one job
 # (checked), and small enough that 1e5 requests keep sub-ns float resolution.
 ALONE_GAP_S = 100.0

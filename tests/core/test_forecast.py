@@ -61,6 +61,24 @@ async def test_a_new_request_starts_after_the_running_job_and_the_work_ahead() -
 
 
 @pytest.mark.asyncio
+async def test_fcfs_wait_is_the_work_queued_ahead() -> None:
+    """What FCFS would make a new job wait (aging's bound adds it): nothing on an idle
+    lane; the running job's rest; then each waiting job's typical service on top."""
+    core = _core()
+    now = core.now()
+    forecast = core.forecast
+    assert forecast.fcfs_wait_s() == 0.0
+    core.lanes[0].running["r"] = _job("r", 100, now)  # 1 s left
+    assert forecast.fcfs_wait_s() == pytest.approx(1.0, abs=0.05)
+    for k in range(4):
+        job = _job(f"w{k}", 50, now)
+        core.estimates.observe_arrival(job)  # the typical job: 0.5 s
+        core.waiting.push(job)
+    assert core.estimates.typical_service_s == pytest.approx(0.5, abs=0.05)
+    assert forecast.fcfs_wait_s() == pytest.approx(1.0 + 4 * 0.5, abs=0.1)
+
+
+@pytest.mark.asyncio
 async def test_predicted_latency_of_a_queued_job_and_of_a_lane() -> None:
     core = _core()
     now = core.now()

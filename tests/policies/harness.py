@@ -137,7 +137,7 @@ def expected_tokens(job: Job, count: int) -> list[int]:
 def make_config(policy: str, *, max_running: int = 2, promote_after_s: float | None = None,
                 policies: PoliciesConfig | None = None, slowdown: float = 0.0,
                 preempt: bool = False, lookahead: bool = False,
-                fcfs_relative: bool = True) -> Config:
+                fcfs_relative: bool = False) -> Config:
     """Aging off unless promote_after_s is given; then absolute only unless slowdown > 0."""
     aging = AgingConfig(promote_after_s=promote_after_s or 60.0,
                         enabled=promote_after_s is not None, slowdown=slowdown,

@@ -88,8 +88,9 @@ class Estimates:
         have given the job when it arrived, within [min_wait_s, promote_after_s]
         (AgingConfig). Without the FCFS term, a queue longer than slowdown x the typical
         service (any overload) promotes every job, and promoted jobs go earliest deadline
-        first: the policy's order becomes FCFS's exactly where it matters most (measured:
-        oracle SJF at 1.5x capacity kept 0.92x FCFS's mean JCT; with the term 0.67x).
+        first: the policy's order becomes FCFS's exactly where it matters most (simulated,
+        replaying a real 1.5x run: oracle SJF 0.93x FCFS's mean JCT with the uniform bound,
+        0.67x with the term; on the engine with the shipped predictor ssjf did not gain).
 
         Measured in the simulator (docs/policies.md): a bound proportional to each job's
         *own* service time loses to one uniform across jobs on both mean and p99, since

@@ -74,6 +74,13 @@ class Forecaster:
         wait = self._start_in(self.waiting)
         return wait if math.isfinite(wait) else 0.0
 
+    def stamp_fcfs_wait(self, job: Job) -> None:
+        """With aging.fcfs_relative, note on an arriving job the wait FCFS would give it, in
+        typical service times (aging's bound adds it: Estimates.wait_bound)."""
+        typical = self.estimates.typical_service_s
+        if self.estimates.config.aging.fcfs_relative and typical > 0:
+            job.fcfs_wait_services = self.fcfs_wait_s() / typical
+
     def ahead_of(self, job: Job, pending: Iterable[Job] = ()) -> list[Job]:
         """Jobs that go before a new `job` with an objective, in the order they go: waiting
         ones of a more urgent rank, on-time ones of its rank that must start earlier

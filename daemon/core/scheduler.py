@@ -194,9 +194,7 @@ class Scheduler:
     def _first_enqueue(self, job: Job) -> None:
         if job.first_prediction is None:
             job.first_prediction = job.predicted_output_tokens
-        typical = self.estimates.typical_service_s
-        if self.config.aging.fcfs_relative and typical > 0:
-            job.fcfs_wait_services = self.forecast.fcfs_wait_s() / typical
+        self.forecast.stamp_fcfs_wait(job)
         if job.predicted_output_tokens is not None or self._predictor is None:
             self.estimates.observe_arrival(job)  # else when its prediction comes
         self._enqueue(job)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.config import PoliciesConfig, SimConfig
+from daemon.config import Config, PoliciesConfig, SimConfig
 from daemon.core.costmodel import TERMS, CostModel
 from daemon.core.job import Job, JobStatus
 from daemon.core.policy import DispatchContext
@@ -84,9 +84,8 @@ def overload_workload() -> list[Spec]:
             for i in range(80)]
 
 
-def _mean_short_wait(fcfs_relative: bool) -> tuple[float, harness.Result]:
-    config = harness.make_config("ssjf", max_running=1, promote_after_s=60.0, slowdown=2.0,
-                                 lookahead=True, fcfs_relative=fcfs_relative)
+def _mean_short_wait(config: Config) -> tuple[float, harness.Result]:
+    """Mean wait of the overload's short jobs under `config`, and the run."""
     result = harness.run(config, overload_workload())
     assert result.drained
     shorts = {job.job_id for job in result.jobs if job.true_output_tokens == 5}
@@ -94,17 +93,19 @@ def _mean_short_wait(fcfs_relative: bool) -> tuple[float, harness.Result]:
     return sum(waits) / len(waits), result
 
 
+def _ssjf(fcfs_relative: bool) -> Config:
+    return harness.make_config("ssjf", max_running=1, promote_after_s=60.0, slowdown=2.0,
+                               lookahead=True, fcfs_relative=fcfs_relative)
+
+
 def test_a_queue_does_not_turn_aging_into_fcfs() -> None:
     """In an overload every wait outgrows slowdown x the typical service: a bound without
     the wait FCFS itself would give promotes every job, earliest deadline (arrival) first,
     and short jobs wait as under FCFS. With FCFS's wait in the bound, SJF's order holds and
     short jobs wait far less, while every wait stays within its bound plus one service."""
-    relative, result = _mean_short_wait(True)
-    uniform, _ = _mean_short_wait(False)
-    fcfs = harness.run(harness.make_config("fcfs", max_running=1), overload_workload())
-    fcfs_shorts = [d.waited_s for d in fcfs.dispatches if d.job_id in {
-        job.job_id for job in fcfs.jobs if job.true_output_tokens == 5}]
-    fcfs_mean = sum(fcfs_shorts) / len(fcfs_shorts)
+    relative, result = _mean_short_wait(_ssjf(True))
+    uniform, _ = _mean_short_wait(_ssjf(False))
+    fcfs_mean, _ = _mean_short_wait(harness.make_config("fcfs", max_running=1))
     assert uniform > 0.7 * fcfs_mean  # promoted by age: FCFS's order, near FCFS's waits
     assert relative < 0.5 * uniform
     for d in result.dispatches:

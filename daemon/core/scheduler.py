@@ -37,13 +37,11 @@ from daemon.core.forecast import Forecaster
 from daemon.core.job import Job, JobStatus, KVResidency, StopRequest
 from daemon.core.lanes import Lane
 from daemon.core.policy import DispatchContext, Policy
-from daemon.core.ports import LengthPredictor, NotAccepting, QueueFull, SloUnreachable
+from daemon.core.ports import LengthPredictor, NotAccepting
 from daemon.core.repredict import RemainingPredictor, Repredictor
 from daemon.core.settings import SchedulerConfig
 from daemon.core.stream import OutputStream
 from daemon.core.waitqueue import WaitQueue
-
-__all__ = ["LengthPredictor", "NotAccepting", "QueueFull", "Scheduler", "SloUnreachable"]
 
 log = logging.getLogger(__name__)
 _MIN_TIMER_S = 0.001  # a policy asking for a round "now" again must not spin the loop

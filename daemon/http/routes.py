@@ -17,7 +17,7 @@ from starlette.responses import Response, StreamingResponse
 
 from daemon.apikeys import ApiKey
 from daemon.core.job import SamplingSpec, Slo
-from daemon.core.scheduler import NotAccepting, QueueFull, SloUnreachable
+from daemon.core.ports import NotAccepting, QueueFull, SloUnreachable
 from daemon.core.stream import JobEnd, TokenDelta
 from daemon.http import chat, render, slo, tools, translate
 from daemon.http import logprobs as lp

@@ -14,7 +14,8 @@ from daemon.core.events import Event, Launch, Stop, Stopped, Submitted, Tokens
 from daemon.core.job import Job, JobStatus, KVResidency, SamplingSpec, Slo, StopRequest
 from daemon.core.lanes import Lane
 from daemon.core.policy import DispatchContext, Policy
-from daemon.core.scheduler import NotAccepting, QueueFull, Scheduler, SloUnreachable
+from daemon.core.ports import NotAccepting, QueueFull, SloUnreachable
+from daemon.core.scheduler import Scheduler
 from daemon.core.stream import JobEnd, OutputStream
 from daemon.executors.sim import SimExecutor
 from policies.fcfs import FCFS

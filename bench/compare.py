@@ -83,6 +83,13 @@ class CompareResults(msgspec.Struct, kw_only=True):
     aggregates: list[Aggregate] = []
 
 
+def salt(k: int) -> str:
+    """What the prompts of the k-th rate start with: every rate sends the same prompts, and
+    salted apart none hits the prefix cache the previous rate filled (the same salt for
+    every system: same work)."""
+    return f"run {k + 1}. "
+
+
 def run_order(systems: list[System], repeats: int) -> list[tuple[int, System]]:
     """(repetition, system): A B C, B C A, C A B, ... never A A B B, and no system always
     in the same place of a cycle (other load on a shared machine comes and goes)."""
@@ -158,9 +165,7 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
         warm_up = workload.build(workload.spec_from_args(args, rate=WARM_UP_RATE))
         client.run(server.base_url, warm_up[:WARM_UP_REQUESTS], opts)
         for k, rate in enumerate(rates):
-            # Every rate sends the same prompts: salted apart, none hits the prefix cache
-            # the previous rate filled (the same salt for every system: same work).
-            opts = msgspec.structs.replace(opts, salt=f"run {k + 1}. ",
+            opts = msgspec.structs.replace(opts, salt=salt(k),
                                            headers=client.slo_headers(args))
             started, meter = time.perf_counter(), CpuMeter(server.proc.pid)
             before = server.preemptions()

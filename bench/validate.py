@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 
-from bench import costfile, workload
+from bench import compare, costfile, vllm_client, workload
 from bench.compare import CompareResults
 from bench.metrics import summarize
 from bench.sim import SimOptions, predictions, simulate
@@ -75,12 +75,23 @@ def _overrides(results: CompareResults, system: str) -> list[str]:
     return out
 
 
-def _as_sent(requests: list[workload.Request], run_requests: list) -> list[workload.Request]:
-    """The workload with the arrival times the run's client sent (vLLM's client draws its
-    own), where the run recorded them."""
+def _as_sent(requests: list[workload.Request], run_requests: list, client: str,
+             salt: str) -> list[workload.Request]:
+    """The workload as the run's client sent it: the arrival times it recorded (vLLM's
+    client draws its own), and the prompts the daemon's predictor read, salted as compare
+    salts each rate (ours: the first message; vLLM's client: one user message of every
+    turn joined, bench/vllm_client.py)."""
     sent = {q.index: q.arrival_s for q in run_requests}
-    return [msgspec.structs.replace(r, arrival_s=sent.get(r.index, r.arrival_s))
-            for r in requests]
+    out = []
+    for r in requests:
+        if client == "vllm":
+            messages = [workload.Message("user", vllm_client.as_prompt(r, salt))]
+        else:
+            messages = [msgspec.structs.replace(m, content=salt + m.content) if k == 0 else m
+                        for k, m in enumerate(r.messages)]
+        out.append(msgspec.structs.replace(r, arrival_s=sent.get(r.index, r.arrival_s),
+                                           messages=messages))
+    return out
 
 
 _STEP_COSTS = ("prefill_base_s", "prefill_per_token_s", "decode_base_s", "decode_per_seq_s",
@@ -107,13 +118,15 @@ def slowed(profile: costfile.Profile, scale: float) -> costfile.Profile:
 def validate(results: CompareResults, profile: costfile.Profile | None,
              predictor: str, clock_scale: float = 1.0) -> list[Row]:
     rows = []
+    rates = list(dict.fromkeys(run.rate for run in results.runs))  # in the order compare ran them
     for run in results.runs:
         kind, _, rest = run.system.partition(":")
         if kind != "lengthwise" and run.system != "vllm":
             continue
         policy = rest.split("+")[0] if kind == "lengthwise" else "fcfs"
         spec = msgspec.structs.replace(results.workload, rate=run.rate)
-        requests = _as_sent(workload.build(spec), run.requests)
+        requests = _as_sent(workload.build(spec), run.requests, results.client,
+                            compare.salt(rates.index(run.rate)))
         config_sets, sim_sets = split_sim(_overrides(results, run.system))
         config = build_config(overrides=config_sets)
         if profile is None and not run.learned_profile:  # vLLM's server learns no clock

@@ -37,9 +37,13 @@ def write_dataset(requests: Sequence[Request], path: Path, salt: str, natural: b
     lines = []
     for req in requests:
         out = max(max_model_len - req.prompt_tokens - 1, 1) if natural else req.output_tokens
-        prompt = "\n\n".join(m.content for m in req.messages)
-        lines.append(json.dumps({"prompt": salt + prompt, "output_tokens": out}))
+        lines.append(json.dumps({"prompt": as_prompt(req, salt), "output_tokens": out}))
     path.write_text("\n".join(lines) + "\n")
+
+
+def as_prompt(req: Request, salt: str) -> str:
+    """The one user message vLLM's client sends for a request (write_dataset)."""
+    return salt + "\n\n".join(m.content for m in req.messages)
 
 
 def served_model(base_url: str) -> str:

@@ -103,7 +103,7 @@ class Estimates:
         if not (aging.enabled and policy.aged):
             return None
         low, high, k = aging.min_wait_s, aging.promote_after_s, aging.slowdown
-        if k <= 0:
+        if k <= 0 or aging.overtaking:  # overtaking bounds by position (WaitQueue)
             return lambda _: high
 
         def bound(job: Job) -> float:

@@ -77,9 +77,14 @@ class Forecaster:
     def stamp_fcfs_wait(self, job: Job) -> None:
         """With aging.fcfs_relative, note on an arriving job the wait FCFS would give it, in
         typical service times (aging's bound adds it: Estimates.wait_bound)."""
-        typical = self.estimates.typical_service_s
-        if self.estimates.config.aging.fcfs_relative and typical > 0:
+        aging, typical = self.estimates.config.aging, self.estimates.typical_service_s
+        if aging.fcfs_relative and typical > 0:
             job.fcfs_wait_services = self.fcfs_wait_s() / typical
+        if aging.overtaking and aging.enabled and job.overtake_budget is None:
+            together = max(sum(len(lane.running) for lane in self.lanes),
+                           sum(self.estimates.slots(lane) for lane in self.lanes
+                               if not lane.failed))
+            job.overtake_budget = max(round(aging.slowdown * together), 1)
 
     def ahead_of(self, job: Job, pending: Iterable[Job] = ()) -> list[Job]:
         """Jobs that go before a new `job` with an objective, in the order they go: waiting

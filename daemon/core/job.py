@@ -126,6 +126,10 @@ class Job:
     # wait), in typical service times, so that it follows the learned clock as the rest of
     # its aging bound does. The bound adds it, so that a queue does not promote everyone.
     fcfs_wait_services: float = 0.0
+    # Bounded overtaking (aging.overtaking): later arrivals that started before it, and how
+    # many may (set when it first arrives; None: no such bound). Reaching it promotes it.
+    overtaken: int = 0
+    overtake_budget: int | None = None
     first_token_time: float | None = None
     finish_time: float | None = None
     finish_reason: str | None = None

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from daemon.core import decisions, outcomes, slo
 from daemon.core.estimates import Estimates
@@ -83,6 +84,11 @@ class Scheduler:
         self._idle.set()
         self._loop = asyncio.get_running_loop()
         self._policy_wakeup: float | None = None
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Tokens: self._on_tokens, Stopped: self._on_stopped, Started: self._on_started,
+            Submitted: self._on_submitted, Predicted: self._on_predicted,
+            Cancelled: self._on_cancelled, Reconfigured: self._on_reconfigured,
+            **dict.fromkeys((EngineDown, EngineUp, Capacity, EngineFailed), self._on_engine)}
 
     def now(self) -> float:
         return self._loop.time()
@@ -144,23 +150,7 @@ class Scheduler:
 
     def handle(self, event: Event) -> None:
         """One event; the caller runs the decision round afterwards (run, or a test)."""
-        match event:
-            case Tokens():  # the most frequent: one per engine step
-                self._on_tokens(event)
-            case Stopped():
-                self._on_stopped(event)
-            case Started():
-                self._on_started(event)
-            case Submitted():
-                self._on_submitted(event)
-            case Predicted():
-                self._on_predicted(event)
-            case Cancelled():
-                self._on_cancelled(event)
-            case EngineDown() | EngineUp() | Capacity() | EngineFailed():
-                self._on_engine(event)
-            case Reconfigured():
-                self._on_reconfigured(event)
+        self._handlers[type(event)](event)
 
     def _next_deadline(self) -> float | None:
         due = (self.waiting.promotion_due(), self.waiting.expiry_due(), self._policy_wakeup)
@@ -298,11 +288,15 @@ class Scheduler:
                 job.slo_missed = True
                 self.waiting.update(job)
         ctx = DispatchContext(self.now(), self.waiting, self.lanes)
+        started: list[float] = []
         for job, lane in decisions.launches(ctx, self.policy, self.config.aging.lookahead,
                                             self._by_name, self.estimates.footprint,
                                             self.config.backfill):
             self.waiting.remove(job)
+            started.append(self.waiting.wait_started(job))
             self._launch(job, lane)
+        if started and self.config.aging.overtaking:
+            self.waiting.overtaken(started)
         if self.config.aging.preempt and len(self.waiting):
             for victim in decisions.for_promoted(ctx, self.policy):
                 self._preempt(victim, ctx)

@@ -52,6 +52,11 @@ class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     # by default: it lets the oracle reorder under overload, but on the real engine, with
     # the shipped predictor, it did not beat the uniform bound (docs/policies.md).
     fcfs_relative: Annotated[bool, BENCH_KNOB] = False
+    # Bound positions, not seconds: a job is promoted once slowdown x (the jobs running
+    # together) later arrivals have started before it, so it starts at most that many
+    # places after FCFS would have started it, whatever the clock's error. Only the
+    # absolute backstop (promote_after_s) is in seconds.
+    overtaking: Annotated[bool, BENCH_KNOB] = False
     # False: no bound at all (comparisons with a policy's own starvation behaviour).
     enabled: Annotated[bool, BENCH_KNOB] = True
 

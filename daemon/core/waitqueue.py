@@ -3,9 +3,10 @@ objective ahead of the rest of their class, plus aging that bounds every wait.""
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar, cast
 
 from daemon.core.job import Job
@@ -94,6 +95,19 @@ class WaitQueue:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
+    def overtaken(self, started: Sequence[float]) -> None:
+        """Jobs whose waits started at these loop times just left to run: each waiting job
+        whose wait started earlier was overtaken by each of them; one that reaches its
+        overtake budget is promoted (bounded overtaking, AgingConfig.overtaking). O(n log k)."""
+        starts = sorted(started)
+        for _, job in list(self._live.values()):
+            budget = job.overtake_budget
+            if budget is None or job.overtaken >= budget:
+                continue
+            job.overtaken += len(starts) - bisect.bisect_right(starts, self.wait_started(job))
+            if job.overtaken >= budget:
+                self.push(job)  # re-keyed: its deadline is now its wait's start
+
     def remove(self, job: Job) -> bool:
         return self._live.pop(job.job_id, None) is not None
 
@@ -165,6 +179,8 @@ class WaitQueue:
         """Loop time at which the job is promoted: its total wait reaches its bound, or
         (on time) its slack under its objective runs low; inf for neither."""
         aged = float("inf") if self.bound is None else self.wait_started(job) + self.bound(job)
+        if job.overtake_budget is not None and job.overtaken >= job.overtake_budget:
+            aged = min(aged, self.wait_started(job))  # promoted, in arrival order
         if times is None:
             times = self._slo_times(job)
         return aged if times is None else min(aged, times[0])

@@ -84,13 +84,12 @@ class Estimates:
 
     def wait_bound(self) -> WaitBound | None:
         """Seconds of total wait each job may accumulate: slowdown x the typical predicted
-        service time of arriving jobs, plus (with aging.fcfs_relative) the wait FCFS would
-        have given the job when it arrived, within [min_wait_s, promote_after_s]
-        (AgingConfig). Without the FCFS term, a queue longer than slowdown x the typical
-        service (any overload) promotes every job, and promoted jobs go earliest deadline
-        first: the policy's order becomes FCFS's exactly where it matters most (simulated,
-        replaying a real 1.5x run: oracle SJF 0.93x FCFS's mean JCT with the uniform bound,
-        0.67x with the term; on the engine with the shipped predictor ssjf did not gain).
+        service time of arriving jobs, within [min_wait_s, promote_after_s] (AgingConfig);
+        with aging.overtaking only promote_after_s, the backstop: the bound is in places
+        (Forecaster.stamp_overtake_budget, WaitQueue.overtaken). In seconds, a queue longer
+        than slowdown x the typical service (any overload) promotes every job, and promoted
+        jobs go earliest deadline first: the policy's order becomes FCFS's exactly where it
+        matters most.
 
         Measured in the simulator (docs/policies.md): a bound proportional to each job's
         *own* service time loses to one uniform across jobs on both mean and p99, since
@@ -108,8 +107,7 @@ class Estimates:
 
         def bound(job: Job) -> float:
             typical = self.typical_service_s or self.policy.service_s(job)
-            uniform = (k + job.fcfs_wait_services) * typical
-            return min(high, max(low, uniform + policy.own_wait_s(job)))
+            return min(high, max(low, k * typical + policy.own_wait_s(job)))
 
         return bound
 

@@ -8,6 +8,11 @@ with fewer than MIN_ERRORS such samples), so that the jobs accepted meet their o
 that rate whatever the predictions' and the clock's errors. The horizon lets a margin learned
 in a bad spell (which then refuses everything, so that no sample corrects it) lapse.
 
+A promise past due whose job still waits is a sample too, of at least its lateness so far:
+under a backlog the first starts come late, and a margin that waited for them would let
+admission promise too early for as long as they take (on the engine, most misses of a
+run came in its first seconds).
+
 Read-only over the core's state (the waiting set, the lanes, the estimates): called from
 the core's loop and from the HTTP handlers on the same event loop, it changes nothing.
 """
@@ -15,6 +20,7 @@ the core's loop and from the HTTP handlers on the same event loop, it changes no
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 
@@ -31,7 +37,7 @@ MARGIN_QUANTILE = 95  # percentile of admission's start errors it adds to each f
 ERROR_WINDOW = 256  # most recent start errors it reads
 MIN_ERRORS = 8  # errors before the margin is used
 ERROR_HORIZON_S = 30.0  # errors older than this no longer count
-_MAX_PROMISES = 4096  # promises kept (a job that ends unstarted leaves one behind)
+_MAX_PROMISES = 4096  # promises kept (each leaves when its job starts or ends: a safety cap)
 
 
 class Forecaster:
@@ -65,22 +71,13 @@ class Forecaster:
         rest = max(len(jobs) - slo.MAX_AHEAD, 0) * self.estimates.typical_service_s
         return slo.start_in(free, services) + rest / max(len(free), 1)
 
-    def fcfs_wait_s(self) -> float:
-        """Seconds a job arriving now would wait behind every waiting one (FCFS's wait),
-        without the learned margin: 0 while a slot is free and nothing waits."""
-        if not len(self.waiting) and all(lane.free_slots > 0 for lane in self.lanes
-                                         if lane.down_reason is None):
-            return 0.0
-        wait = self._start_in(self.waiting)
-        return wait if math.isfinite(wait) else 0.0
-
-    def stamp_fcfs_wait(self, job: Job) -> None:
-        """With aging.fcfs_relative, note on an arriving job the wait FCFS would give it, in
-        typical service times (aging's bound adds it: Estimates.wait_bound)."""
-        aging, typical = self.estimates.config.aging, self.estimates.typical_service_s
-        if aging.fcfs_relative and typical > 0:
-            job.fcfs_wait_services = self.fcfs_wait_s() / typical
-        if aging.overtaking and aging.enabled and job.overtake_budget is None:
+    def stamp_overtake_budget(self, job: Job) -> None:
+        """With aging.overtaking, give an arriving job its budget of later arrivals that may
+        start before it: slowdown x the jobs running together (now, or as many as the
+        lanes' memory holds, whichever is more). WaitQueue.overtaken counts them."""
+        aging = self.estimates.config.aging
+        if aging.overtaking and aging.enabled and aging.slowdown > 0 and \
+                job.overtake_budget is None:
             together = max(sum(len(lane.running) for lane in self.lanes),
                            sum(self.estimates.slots(lane) for lane in self.lanes
                                if not lane.failed))
@@ -105,21 +102,23 @@ class Forecaster:
         yet queued) and `shedding` ids already named to be shed: SloUnreachable when it
         cannot meet its objective; QueueFull at max_waiting unless a sheddable job of a
         less urgent class gives up its room (its id is returned and added to `shedding`)."""
+        start = None
         if job.on_time:
             start = self.start_s(job, pending)
             refusal = slo.refusal(job, start, self.estimates.policy, self.decode_step_s())
             if refusal is not None:
                 raise SloUnreachable(refusal)
+        victim = None
+        if queued - len(shedding) >= max_waiting:
+            victim = self.sheddable_for(job, shedding)
+            if victim is None:
+                raise QueueFull(f"{queued} requests are already waiting")
+            shedding.add(victim.job_id)
+        if start is not None:  # accepted: its promise, without the margin
             self._promised[job.job_id] = job.arrival_time + start - self.margin_s
             if len(self._promised) > _MAX_PROMISES:
                 del self._promised[next(iter(self._promised))]  # the oldest
-        if queued - len(shedding) < max_waiting:
-            return None
-        victim = self.sheddable_for(job, shedding)
-        if victim is None:
-            raise QueueFull(f"{queued} requests are already waiting")
-        shedding.add(victim.job_id)
-        return victim.job_id
+        return None if victim is None else victim.job_id
 
     def refusal(self, job: Job, pending: Iterable[Job] = ()) -> slo.Refusal | None:
         """Why a new job cannot meet its objective even at the front of its class (the jobs
@@ -144,13 +143,22 @@ class Forecaster:
         self._errors.append((now, now - promised))
         self._margin()
 
+    def forget(self, job_id: str) -> None:
+        """A job ended without starting: its promise is no sample."""
+        self._promised.pop(job_id, None)
+
     def _margin(self) -> float:
-        """The learned margin, from the errors of the last ERROR_HORIZON_S."""
-        errors = self._errors
-        while errors and errors[0][0] < self.now() - ERROR_HORIZON_S:
+        """The learned margin, from the errors of the last ERROR_HORIZON_S and the
+        lateness so far of the promises past due (the oldest ERROR_WINDOW)."""
+        errors, now = self._errors, self.now()
+        while errors and errors[0][0] < now - ERROR_HORIZON_S:
             errors.popleft()
-        self.margin_s = 0.0 if len(errors) < MIN_ERRORS else max(
-            float(np.percentile([e for _, e in errors], MARGIN_QUANTILE)), 0.0)
+        samples = [e for _, e in errors]
+        samples += [now - promised for promised in
+                    itertools.islice(self._promised.values(), ERROR_WINDOW)
+                    if now - ERROR_HORIZON_S <= promised < now]
+        self.margin_s = 0.0 if len(samples) < MIN_ERRORS else max(
+            float(np.percentile(samples, MARGIN_QUANTILE)), 0.0)
         return self.margin_s
 
     def decode_step_s(self) -> float:

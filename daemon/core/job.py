@@ -122,10 +122,6 @@ class Job:
     generated_token_ids: list[int] = field(default_factory=list)
     enqueue_time: float = 0.0  # when it last entered the waiting set
     waited_s: float = 0.0  # seconds waited in all earlier waits (preemptions, slices)
-    # Forecast wait behind every job queued when it first arrived (what FCFS would make it
-    # wait), in typical service times, so that it follows the learned clock as the rest of
-    # its aging bound does. The bound adds it, so that a queue does not promote everyone.
-    fcfs_wait_services: float = 0.0
     # Bounded overtaking (aging.overtaking): later arrivals that started before it, and how
     # many may (set when it first arrives; None: no such bound). Reaching it promotes it.
     overtaken: int = 0

@@ -182,7 +182,7 @@ class Scheduler:
     def _first_enqueue(self, job: Job) -> None:
         if job.first_prediction is None:
             job.first_prediction = job.predicted_output_tokens
-        self.forecast.stamp_fcfs_wait(job)
+        self.forecast.stamp_overtake_budget(job)
         if job.predicted_output_tokens is not None or self._predictor is None:
             self.estimates.observe_arrival(job)  # else when its prediction comes
         self._enqueue(job)
@@ -358,6 +358,7 @@ class Scheduler:
         job.finish_time = self.now()
         job.finish_reason = reason
         self._jobs.pop(job.job_id, None)
+        self.forecast.forget(job.job_id)  # (started ones were taken back already)
         self._streams.pop(job.job_id).finish(reason, error, dropped)
         self.estimates.job_ended(job)
         if self._ended is not None:

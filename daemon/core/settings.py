@@ -24,17 +24,20 @@ _NonNegative = msgspec.Meta(ge=0)
 class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """[scheduler.aging]: every wait is bounded on the workload's own time scale.
 
-    A job's bound is slowdown x the typical predicted service time (an EWMA over arriving
-    jobs of the seconds each needs once it runs in a full batch, from the cost model), plus
-    (with fcfs_relative) the wait FCFS would have given it when it arrived, at least min_wait_s
-    and at most promote_after_s. A job whose total wait (all its waits:
+    With overtaking (the default) a job is promoted once slowdown x (the jobs running
+    together) later arrivals started before it. Without, its bound is slowdown x the
+    typical predicted service time (an EWMA over arriving jobs of the seconds each needs
+    once it runs in a full batch, from the cost model), at least min_wait_s. Either way,
+    at most promote_after_s. A job whose total wait (all its waits:
     first, and after each preemption or slice) reaches its bound is promoted ahead of every
     non-promoted job, earliest deadline first, and is no longer preempted.
     """
 
-    # The tail knob: a job may wait this many typical service times (0 = only the absolute
-    # bound below). Lower: tail nearer FCFS's; higher: mean nearer the policy's own.
-    slowdown: Annotated[float, _NonNegative] = 4.0
+    # The tail knob: a job may be overtaken by this many batches of later arrivals (slowdown
+    # x the jobs running together; without overtaking: it may wait this many typical
+    # service times); 0 = only the absolute bound below. Lower: tail nearer FCFS's;
+    # higher: mean nearer the policy's own.
+    slowdown: Annotated[float, _NonNegative] = 2.0
     # Absolute backstop (s): no job waits longer than this in total, whatever its size.
     promote_after_s: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     # Seconds every job may wait before its bound applies (a floor, <= promote_after_s).
@@ -46,17 +49,12 @@ class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     # bound that it meets if jobs start in deadline order (the first 64 deadlines); if one
     # would, the earliest deadline goes first. Acts before a bound is missed, not after.
     lookahead: Annotated[bool, BENCH_KNOB] = True
-    # Each bound also counts the wait FCFS would give the job when it arrives (its forecast
-    # start behind every waiting job): under a queue the bounds stretch with it, as FCFS's
-    # own waits do, instead of promoting every job and so turning any order into FCFS. Off
-    # by default: it lets the oracle reorder under overload, but on the real engine, with
-    # the shipped predictor, it did not beat the uniform bound (docs/policies.md).
-    fcfs_relative: Annotated[bool, BENCH_KNOB] = False
-    # Bound positions, not seconds: a job is promoted once slowdown x (the jobs running
+    # Bound places, not seconds: a job is promoted once slowdown x (the jobs running
     # together) later arrivals have started before it, so it starts at most that many
-    # places after FCFS would have started it, whatever the clock's error. Only the
-    # absolute backstop (promote_after_s) is in seconds.
-    overtaking: Annotated[bool, BENCH_KNOB] = False
+    # places after FCFS would have started it, whatever the clock's error; only the
+    # absolute backstop (promote_after_s) is in seconds. False: the bound is slowdown x the
+    # typical service, which any overload passes for every job (docs/policies.md).
+    overtaking: Annotated[bool, BENCH_KNOB] = True
     # False: no bound at all (comparisons with a policy's own starvation behaviour).
     enabled: Annotated[bool, BENCH_KNOB] = True
 

@@ -58,3 +58,27 @@ def test_best_effort_only_keeps_the_policy_order() -> None:
     queue = _queue(*jobs)
     assert [queue.pop(0.0).job_id for _ in jobs] == ["1", "2", "3"]  # type: ignore[union-attr]
     assert queue.expiry_due() is None and queue.promotion_due() is None
+
+
+def test_a_job_overtaken_its_budget_times_goes_next_in_arrival_order() -> None:
+    """Bounded overtaking: each start of a later arrival counts against every job that
+    waits since earlier; at its budget a job is promoted, ahead of the policy's order,
+    oldest first. Starts of earlier arrivals count against no one."""
+    old, young = _job("old", 90), _job("young", 80)
+    shorts = [_job(f"s{k}", 1) for k in range(3)]
+    for t, job in enumerate([old, young, *shorts]):
+        job.enqueue_time = float(t)
+        job.overtake_budget = 2
+    queue = _queue(old, young, *shorts)
+    queue.overtaken([-1.0])  # a job that waited since before them all started
+    assert old.overtaken == young.overtaken == 0
+
+    first = queue.pop(5.0)
+    assert first is shorts[0]
+    queue.overtaken([queue.wait_started(first)])
+    assert (old.overtaken, young.overtaken, shorts[1].overtaken) == (1, 1, 0)
+    assert queue.peek(5.0) is shorts[1]  # one overtake left: the policy's order holds
+
+    second = queue.pop(5.0)
+    queue.overtaken([queue.wait_started(second)])
+    assert [queue.pop(5.0) for _ in range(3)] == [old, young, shorts[2]]

@@ -137,11 +137,11 @@ def expected_tokens(job: Job, count: int) -> list[int]:
 def make_config(policy: str, *, max_running: int = 2, promote_after_s: float | None = None,
                 policies: PoliciesConfig | None = None, slowdown: float = 0.0,
                 preempt: bool = False, lookahead: bool = False,
-                fcfs_relative: bool = False) -> Config:
+                overtaking: bool = False) -> Config:
     """Aging off unless promote_after_s is given; then absolute only unless slowdown > 0."""
     aging = AgingConfig(promote_after_s=promote_after_s or 60.0,
                         enabled=promote_after_s is not None, slowdown=slowdown,
-                        preempt=preempt, lookahead=lookahead, fcfs_relative=fcfs_relative)
+                        preempt=preempt, lookahead=lookahead, overtaking=overtaking)
     return Config(scheduler=SchedulerConfig(policy=policy, max_running=max_running,
                                             aging=aging),
                   policies=policies or PoliciesConfig())

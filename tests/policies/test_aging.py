@@ -93,23 +93,37 @@ def _mean_short_wait(config: Config) -> tuple[float, harness.Result]:
     return sum(waits) / len(waits), result
 
 
-def _ssjf(fcfs_relative: bool) -> Config:
+def _ssjf(overtaking: bool) -> Config:
     return harness.make_config("ssjf", max_running=1, promote_after_s=60.0, slowdown=2.0,
-                               lookahead=True, fcfs_relative=fcfs_relative)
+                               lookahead=True, overtaking=overtaking)
+
+
+def _overtakes(result: harness.Result) -> dict[str, int]:
+    """For each job: how many jobs that arrived after it started before it."""
+    arrival = {job.job_id: job.arrival_time for job in result.jobs}
+    started: list[str] = []
+    out: dict[str, int] = {}
+    for d in result.dispatches:
+        if d.job_id not in out:
+            out[d.job_id] = sum(arrival[other] > arrival[d.job_id] for other in started)
+            started.append(d.job_id)
+    return out
 
 
 def test_a_queue_does_not_turn_aging_into_fcfs() -> None:
-    """In an overload every wait outgrows slowdown x the typical service: a bound without
-    the wait FCFS itself would give promotes every job, earliest deadline (arrival) first,
-    and short jobs wait as under FCFS. With FCFS's wait in the bound, SJF's order holds and
-    short jobs wait far less, while every wait stays within its bound plus one service."""
-    relative, result = _mean_short_wait(_ssjf(True))
+    """In an overload every wait outgrows slowdown x the typical service, so a bound in
+    seconds promotes every job, earliest deadline (arrival) first, and short jobs wait as
+    under FCFS. Bounded overtaking counts places instead: a job is overtaken by at most
+    slowdown x (jobs running together) later arrivals, here 2 x 1, then goes in arrival
+    order. SJF's order holds and short jobs wait far less."""
+    counted, result = _mean_short_wait(_ssjf(True))
     uniform, _ = _mean_short_wait(_ssjf(False))
     fcfs_mean, _ = _mean_short_wait(harness.make_config("fcfs", max_running=1))
     assert uniform > 0.7 * fcfs_mean  # promoted by age: FCFS's order, near FCFS's waits
-    assert relative < 0.5 * uniform
-    for d in result.dispatches:
-        assert d.bound_s is not None and d.waited_s <= d.bound_s + LONG_SERVICE_S
+    assert counted < 0.5 * uniform
+    overtakes = _overtakes(result)
+    assert max(overtakes.values()) <= 2
+    assert sum(n == 2 for n in overtakes.values()) >= 10  # the bound is what held them
 
 
 @pytest.mark.parametrize("policy", ["ssjf", "isrtf", "alise", "oracle-sjf", "oracle-srpt"])

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from daemon.config import SchedulerConfig
+from daemon.config import AgingConfig, SchedulerConfig
 from daemon.core import clock as clockmod
 from daemon.core.clock import StepClock
 from daemon.core.costmodel import CostModel
@@ -80,11 +80,13 @@ class Engine:
             self.step()
 
 
-def _core(policy: object = None, max_running: int = 8) -> Engine:
+def _core(policy: object = None, max_running: int = 8,
+          aging: AgingConfig | None = None) -> Engine:
     inbox: asyncio.Queue[Event] = asyncio.Queue()
     commands: asyncio.Queue[object] = asyncio.Queue()
     core = Scheduler([Lane("e0", commands, max_running)], policy or FCFS(),  # type: ignore[arg-type]
-                     SchedulerConfig(max_running=max_running), inbox)
+                     SchedulerConfig(max_running=max_running, aging=aging or AgingConfig()),
+                     inbox)
     core.accepting = True
     return Engine(core, inbox, commands, TRUTH)
 
@@ -120,9 +122,10 @@ async def test_the_clock_converges_to_the_engines_step_times_and_ignores_idle_ga
 
 @pytest.mark.asyncio
 async def test_aging_bounds_follow_the_learned_clock() -> None:
-    """ssjf's waiting jobs' deadlines are re-keyed once the clock learned that steps are
-    ~16x faster than the prior said: a bound set in prior seconds would be 16x too loose."""
-    engine = _core(SSJF(), max_running=2)
+    """ssjf's waiting jobs' deadlines (aging in seconds, not overtaking) are re-keyed once
+    the clock learned that steps are ~16x faster than the prior said: a bound set in prior
+    seconds would be 16x too loose."""
+    engine = _core(SSJF(), max_running=2, aging=AgingConfig(overtaking=False))
     rng = np.random.default_rng(1)
     engine.core.submit(Job(job_id="first", prompt_token_ids=[1] * 50, arrival_time=0.0,
                            sampling=SamplingSpec(max_tokens=400, ignore_eos=True),

@@ -93,8 +93,8 @@ def _mean_short_wait(config: Config) -> tuple[float, harness.Result]:
     return sum(waits) / len(waits), result
 
 
-def _ssjf(overtaking: bool) -> Config:
-    return harness.make_config("ssjf", max_running=1, promote_after_s=60.0, slowdown=2.0,
+def _ssjf(overtaking: bool, slowdown: float = 2.0) -> Config:
+    return harness.make_config("ssjf", max_running=1, promote_after_s=60.0, slowdown=slowdown,
                                lookahead=True, overtaking=overtaking)
 
 
@@ -114,16 +114,17 @@ def test_a_queue_does_not_turn_aging_into_fcfs() -> None:
     """In an overload every wait outgrows slowdown x the typical service, so a bound in
     seconds promotes every job, earliest deadline (arrival) first, and short jobs wait as
     under FCFS. Bounded overtaking counts places instead: a job is overtaken by at most
-    slowdown x (jobs running together) later arrivals, here 2 x 1, then goes in arrival
-    order. SJF's order holds and short jobs wait far less."""
-    counted, result = _mean_short_wait(_ssjf(True))
+    slowdown x (jobs running together) later arrivals, here 8 x 1, then goes in arrival
+    order. SJF's order holds within that and short jobs wait far less. (One slot is the
+    extreme: on an engine running a dozen jobs at once, slowdown 2 lets 24 by.)"""
+    counted, result = _mean_short_wait(_ssjf(True, slowdown=8.0))
     uniform, _ = _mean_short_wait(_ssjf(False))
     fcfs_mean, _ = _mean_short_wait(harness.make_config("fcfs", max_running=1))
     assert uniform > 0.7 * fcfs_mean  # promoted by age: FCFS's order, near FCFS's waits
-    assert counted < 0.5 * uniform
+    assert counted < 0.6 * uniform
     overtakes = _overtakes(result)
-    assert max(overtakes.values()) <= 2
-    assert sum(n == 2 for n in overtakes.values()) >= 10  # the bound is what held them
+    assert max(overtakes.values()) <= 8
+    assert sum(n == 8 for n in overtakes.values()) >= 10  # the bound is what held them
 
 
 @pytest.mark.parametrize("policy", ["ssjf", "isrtf", "alise", "oracle-sjf", "oracle-srpt"])

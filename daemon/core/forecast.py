@@ -8,10 +8,7 @@ with fewer than MIN_ERRORS such samples), so that the jobs accepted meet their o
 that rate whatever the predictions' and the clock's errors. The horizon lets a margin learned
 in a bad spell (which then refuses everything, so that no sample corrects it) lapse.
 
-A promise past due whose job still waits is a sample too, of at least its lateness so far:
-under a backlog the first starts come late, and a margin that waited for them would let
-admission promise too early for as long as they take (on the engine, most misses of a
-run came in its first seconds).
+A job that ends without starting (cancelled, shed) or is refused leaves no promise behind.
 
 Read-only over the core's state (the waiting set, the lanes, the estimates): called from
 the core's loop and from the HTTP handlers on the same event loop, it changes nothing.
@@ -20,7 +17,6 @@ the core's loop and from the HTTP handlers on the same event loop, it changes no
 from __future__ import annotations
 
 import collections
-import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 
@@ -72,16 +68,17 @@ class Forecaster:
         return slo.start_in(free, services) + rest / max(len(free), 1)
 
     def stamp_overtake_budget(self, job: Job) -> None:
-        """With aging.overtaking, give an arriving job its budget of later arrivals that may
-        start before it: slowdown x the jobs running together (now, or as many as the
-        lanes' memory holds, whichever is more). WaitQueue.overtaken counts them."""
+        """With aging.overtaking (and a policy that is aged: fcfs's order is its own bound),
+        give an arriving job its budget of later arrivals that may start before it:
+        slowdown x the jobs running together (now, or as many as the lanes' memory holds,
+        whichever is more). WaitQueue.overtaken counts them."""
         aging = self.estimates.config.aging
-        if aging.overtaking and aging.enabled and aging.slowdown > 0 and \
-                job.overtake_budget is None:
-            together = max(sum(len(lane.running) for lane in self.lanes),
-                           sum(self.estimates.slots(lane) for lane in self.lanes
-                               if not lane.failed))
-            job.overtake_budget = max(round(aging.slowdown * together), 1)
+        if not (aging.overtaking and aging.enabled and aging.slowdown > 0
+                and self.estimates.policy.aged) or job.overtake_budget is not None:
+            return
+        together = max(sum(len(lane.running) for lane in self.lanes),
+                       sum(self.estimates.slots(lane) for lane in self.lanes if not lane.failed))
+        job.overtake_budget = max(round(aging.slowdown * together), 1)
 
     def ahead_of(self, job: Job, pending: Iterable[Job] = ()) -> list[Job]:
         """Jobs that go before a new `job` with an objective, in the order they go: waiting
@@ -148,17 +145,12 @@ class Forecaster:
         self._promised.pop(job_id, None)
 
     def _margin(self) -> float:
-        """The learned margin, from the errors of the last ERROR_HORIZON_S and the
-        lateness so far of the promises past due (the oldest ERROR_WINDOW)."""
-        errors, now = self._errors, self.now()
-        while errors and errors[0][0] < now - ERROR_HORIZON_S:
+        """The learned margin, from the errors of the last ERROR_HORIZON_S."""
+        errors = self._errors
+        while errors and errors[0][0] < self.now() - ERROR_HORIZON_S:
             errors.popleft()
-        samples = [e for _, e in errors]
-        samples += [now - promised for promised in
-                    itertools.islice(self._promised.values(), ERROR_WINDOW)
-                    if now - ERROR_HORIZON_S <= promised < now]
-        self.margin_s = 0.0 if len(samples) < MIN_ERRORS else max(
-            float(np.percentile(samples, MARGIN_QUANTILE)), 0.0)
+        self.margin_s = 0.0 if len(errors) < MIN_ERRORS else max(
+            float(np.percentile([e for _, e in errors], MARGIN_QUANTILE)), 0.0)
         return self.margin_s
 
     def decode_step_s(self) -> float:

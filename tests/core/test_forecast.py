@@ -13,7 +13,6 @@ from daemon.core.events import Event
 from daemon.core.forecast import ERROR_HORIZON_S, MIN_ERRORS
 from daemon.core.job import Job, SamplingSpec, Slo
 from daemon.core.lanes import Lane
-from daemon.core.ports import QueueFull
 from daemon.core.scheduler import Scheduler
 from daemon.core.settings import SchedulerConfig
 from policies.fcfs import FCFS
@@ -105,38 +104,6 @@ async def test_admission_adds_the_start_errors_it_has_seen() -> None:
     refusal = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.4)))
     assert refusal is not None and refusal.predicted_s == pytest.approx(0.5, abs=0.02)
 
-
-
-@pytest.mark.asyncio
-async def test_promises_past_due_raise_the_margin_before_any_job_starts() -> None:
-    """Under a backlog the first starts come late: a promise past due whose job still
-    waits counts with its lateness so far, so admission grows careful before any start.
-    A job that ended unstarted (cancelled, shed) leaves no sample behind."""
-    core = _core()
-    forecast = core.forecast
-    now = core.now()
-    for k in range(MIN_ERRORS):  # each promised a start now (nothing ahead of it)
-        assert forecast.admit(_job(f"j{k}", 5, now, slo=Slo(ttft_s=5.0)), [], 0, 10,
-                              set()) is None
-    forecast.now = lambda: now + 2.0  # none started: every promise is 2 s past due
-    refusal = forecast.refusal(_job("n", 5, now + 2.0, slo=Slo(ttft_s=1.5)))
-    assert refusal is not None and forecast.margin_s == pytest.approx(2.0, abs=0.01)
-    for k in range(MIN_ERRORS):
-        forecast.forget(f"j{k}")
-    assert forecast.refusal(_job("n", 5, now + 2.0, slo=Slo(ttft_s=1.5))) is None
-
-
-@pytest.mark.asyncio
-async def test_a_refused_job_leaves_no_promise() -> None:
-    core = _core()
-    now = core.now()
-    with pytest.raises(QueueFull):
-        core.forecast.admit(_job("full", 5, now, slo=Slo(ttft_s=5.0)), [], 10, 10, set())
-    core.forecast.now = lambda: now + 2.0
-    for k in range(MIN_ERRORS):
-        core.forecast.admit(_job(f"j{k}", 5, now + 2.0, slo=Slo(ttft_s=5.0)), [], 0, 10, set())
-    core.forecast.now = lambda: now + 2.5
-    assert core.forecast.refusal(_job("n", 5, now + 2.5, slo=Slo(ttft_s=1.0))) is None
 
 
 @pytest.mark.asyncio

@@ -119,7 +119,9 @@ def test_a_queue_does_not_turn_aging_into_fcfs() -> None:
     extreme: on an engine running a dozen jobs at once, slowdown 2 lets 24 by.)"""
     counted, result = _mean_short_wait(_ssjf(True, slowdown=8.0))
     uniform, _ = _mean_short_wait(_ssjf(False))
-    fcfs_mean, _ = _mean_short_wait(harness.make_config("fcfs", max_running=1))
+    fcfs_mean, fcfs = _mean_short_wait(harness.make_config(
+        "fcfs", max_running=1, promote_after_s=60.0, slowdown=8.0, overtaking=True))
+    assert all(job.overtake_budget is None for job in fcfs.jobs)  # its order is its bound
     assert uniform > 0.7 * fcfs_mean  # promoted by age: FCFS's order, near FCFS's waits
     assert counted < 0.6 * uniform
     overtakes = _overtakes(result)

@@ -193,3 +193,9 @@ def running_daemon(folder: Path, model: Path, env: dict[str, str] | None = None,
     finally:
         code = daemon.stop()
         assert code == 0, daemon.log()
+
+
+# Aging in seconds (slowdown 4 typical services) for simulator tests on one slot that are
+# about something else than aging: there the default's place bound (2 x 1) lets only two
+# shorts pass a long job (tests/policies/test_aging.py tests aging).
+SECONDS_AGING = ["scheduler.aging.overtaking=false", "scheduler.aging.slowdown=4"]

@@ -13,8 +13,11 @@ from bench.sim.router import make_route, outstanding_tokens, queue_length
 from bench.sim.run import NullStream, make_job, start_daemon
 from bench.workload import Message, Request
 from daemon.executors.virtualclock import VirtualClockLoop
+from tests.support import SECONDS_AGING
 
-_CONFIG = build_config(overrides=["scheduler.policy=oracle-sjf", "scheduler.max_running=1"])
+# Aging in seconds (tests/support.py says why): routing is what this measures.
+_CONFIG = build_config(overrides=["scheduler.policy=oracle-sjf", "scheduler.max_running=1",
+                                  *SECONDS_AGING])
 
 
 def _req(i: int, out: int, at: float = 0.0) -> Request:

@@ -13,12 +13,14 @@ from bench.sim.overrides import build_config
 from bench.sim.predictions import Estimate
 from bench.workload import Message, Request, WorkloadSpec, build
 from tests.support import AZURE_CONV as AZURE
+from tests.support import SECONDS_AGING
 
 
 def _opts(policy: str, **kw: object) -> SimOptions:
     max_running = kw.pop("max_running", 4)
+    aging = SECONDS_AGING if kw.pop("seconds_aging", False) else []
     config = build_config(overrides=[f"scheduler.policy={policy}",
-                                     f"scheduler.max_running={max_running}"])
+                                     f"scheduler.max_running={max_running}", *aging])
     return SimOptions(config=config, **kw)  # type: ignore[arg-type]
 
 
@@ -53,7 +55,7 @@ def test_oracle_sjf_beats_fcfs_on_mean_under_load() -> None:
     reqs = _long_then_short()
     fcfs = simulate(reqs, predictions(reqs, "none", 0), _opts("fcfs", max_running=1)).results
     sjf = simulate(reqs, predictions(reqs, "oracle", 0),
-                   _opts("oracle-sjf", max_running=1)).results
+                   _opts("oracle-sjf", max_running=1, seconds_aging=True)).results
     mean = lambda rs: sum(r.jct_s for r in rs) / len(rs)
     assert mean(sjf) < 0.5 * mean(fcfs)
 
@@ -150,10 +152,11 @@ def test_budgets_keep_the_truth_from_predicted_policies() -> None:
     reqs = _long_then_short()
     flat = [Estimate(1000.0)] * len(reqs)  # longer than every true length
     mean = lambda rs: sum(r.jct_s for r in rs) / len(rs)
-    fcfs = mean(simulate(reqs, flat, _opts("fcfs", max_running=1)).results)
-    forced = mean(simulate(reqs, flat, _opts("ssjf", max_running=1)).results)
-    natural = mean(simulate(reqs, flat, _opts("ssjf", max_running=1, natural=True)).results)
-    oracle = mean(simulate(reqs, flat, _opts("oracle-sjf", max_running=1)).results)
+    one = {"max_running": 1, "seconds_aging": True}
+    fcfs = mean(simulate(reqs, flat, _opts("fcfs", **one)).results)
+    forced = mean(simulate(reqs, flat, _opts("ssjf", **one)).results)
+    natural = mean(simulate(reqs, flat, _opts("ssjf", natural=True, **one)).results)
+    oracle = mean(simulate(reqs, flat, _opts("oracle-sjf", **one)).results)
     assert oracle < 0.5 * fcfs  # what the leak would have handed ssjf
     assert forced == pytest.approx(fcfs)
     assert natural == pytest.approx(fcfs)

@@ -52,9 +52,9 @@ class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     # Bound places, not seconds: a job is promoted once slowdown x (the jobs running
     # together) later arrivals have started before it, so it starts at most that many
     # places (and one decision round's launches) after FCFS would have started it,
-    # whatever the clock's error; only the
-    # absolute backstop (promote_after_s) is in seconds. False: the bound is slowdown x the
-    # typical service, which any overload passes for every job (docs/policies.md).
+    # whatever the clock's error; only the absolute backstop (promote_after_s) is in
+    # seconds. False: the bound is slowdown x the typical service, which any overload
+    # passes for every job (docs/policies.md).
     overtaking: Annotated[bool, BENCH_KNOB] = True
     # False: no bound at all (comparisons with a policy's own starvation behaviour).
     enabled: Annotated[bool, BENCH_KNOB] = True

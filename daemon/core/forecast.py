@@ -67,18 +67,23 @@ class Forecaster:
         rest = max(len(jobs) - slo.MAX_AHEAD, 0) * self.estimates.typical_service_s
         return slo.start_in(free, services) + rest / max(len(free), 1)
 
-    def stamp_overtake_budget(self, job: Job) -> None:
-        """With aging.overtaking (and a policy that is aged: fcfs's order is its own bound),
-        give an arriving job its budget of later arrivals that may start before it:
-        slowdown x the jobs running together (now, or as many as the lanes' memory holds,
-        whichever is more). WaitQueue.overtaken counts them."""
+    @property
+    def counts_overtakes(self) -> bool:
+        """Aging bounds places (AgingConfig.overtaking) under the current settings and
+        policy; not for fcfs, whose order is its own bound."""
         aging = self.estimates.config.aging
-        if not (aging.overtaking and aging.enabled and aging.slowdown > 0
-                and self.estimates.policy.aged) or job.overtake_budget is not None:
+        return (aging.overtaking and aging.enabled and aging.slowdown > 0
+                and self.estimates.policy.aged)
+
+    def stamp_overtake_budget(self, job: Job) -> None:
+        """Where overtakes are counted, give an arriving job its budget of later arrivals
+        that may start before it: slowdown x the jobs running together (now, or as many as
+        the lanes' memory holds, whichever is more). WaitQueue.overtaken counts them."""
+        if job.overtake_budget is not None or not self.counts_overtakes:
             return
         together = max(sum(len(lane.running) for lane in self.lanes),
                        sum(self.estimates.slots(lane) for lane in self.lanes if not lane.failed))
-        job.overtake_budget = max(round(aging.slowdown * together), 1)
+        job.overtake_budget = max(round(self.estimates.config.aging.slowdown * together), 1)
 
     def ahead_of(self, job: Job, pending: Iterable[Job] = ()) -> list[Job]:
         """Jobs that go before a new `job` with an objective, in the order they go: waiting

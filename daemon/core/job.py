@@ -151,6 +151,11 @@ class Job:
     kv_offloaded: bool = False
 
     @property
+    def overtakes_spent(self) -> bool:
+        """Overtaken as often as its budget allows: promoted (bounded overtaking)."""
+        return self.overtake_budget is not None and self.overtaken >= self.overtake_budget
+
+    @property
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)
 

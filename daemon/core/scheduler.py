@@ -295,7 +295,7 @@ class Scheduler:
             self.waiting.remove(job)
             started.append(self.waiting.wait_started(job))
             self._launch(job, lane)
-        if started and self.config.aging.overtaking:
+        if started and self.forecast.counts_overtakes:
             self.waiting.overtaken(started)
         if self.config.aging.preempt and len(self.waiting):
             for victim in decisions.for_promoted(ctx, self.policy):

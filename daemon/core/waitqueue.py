@@ -101,11 +101,10 @@ class WaitQueue:
         overtake budget is promoted (bounded overtaking, AgingConfig.overtaking). O(n log k)."""
         starts = sorted(started)
         for _, job in list(self._live.values()):
-            budget = job.overtake_budget
-            if budget is None or job.overtaken >= budget:
+            if job.overtake_budget is None or job.overtakes_spent:
                 continue
             job.overtaken += len(starts) - bisect.bisect_right(starts, self.wait_started(job))
-            if job.overtaken >= budget:
+            if job.overtakes_spent:
                 self.push(job)  # re-keyed: its deadline is now its wait's start
 
     def remove(self, job: Job) -> bool:
@@ -179,7 +178,7 @@ class WaitQueue:
         """Loop time at which the job is promoted: its total wait reaches its bound, or
         (on time) its slack under its objective runs low; inf for neither."""
         aged = float("inf") if self.bound is None else self.wait_started(job) + self.bound(job)
-        if job.overtake_budget is not None and job.overtaken >= job.overtake_budget:
+        if job.overtakes_spent:
             aged = min(aged, self.wait_started(job))  # promoted, in arrival order
         if times is None:
             times = self._slo_times(job)

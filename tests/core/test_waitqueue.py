@@ -60,6 +60,11 @@ def test_best_effort_only_keeps_the_policy_order() -> None:
     assert queue.expiry_due() is None and queue.promotion_due() is None
 
 
+def _overtaken(queue: WaitQueue, *started: Job) -> None:
+    """These jobs just left to run."""
+    queue.overtaken([(queue.rank(job), queue.wait_started(job)) for job in started])
+
+
 def test_a_job_overtaken_its_budget_times_goes_next_in_arrival_order() -> None:
     """Bounded overtaking: each start of a later arrival counts against every job that
     waits since earlier; at its budget a job is promoted, ahead of the policy's order,
@@ -70,15 +75,41 @@ def test_a_job_overtaken_its_budget_times_goes_next_in_arrival_order() -> None:
         job.enqueue_time = float(t)
         job.overtake_budget = 2
     queue = _queue(old, young, *shorts)
-    queue.overtaken([-1.0])  # a job that waited since before them all started
+    queue.overtaken([(queue.rank(old), -1.0)])  # one that waited since before them all
     assert old.overtaken == young.overtaken == 0
 
     first = queue.pop(5.0)
     assert first is shorts[0]
-    queue.overtaken([queue.wait_started(first)])
+    _overtaken(queue, first)
     assert (old.overtaken, young.overtaken, shorts[1].overtaken) == (1, 1, 0)
     assert queue.peek(5.0) is shorts[1]  # one overtake left: the policy's order holds
 
     second = queue.pop(5.0)
-    queue.overtaken([queue.wait_started(second)])
+    _overtaken(queue, second)
     assert [queue.pop(5.0) for _ in range(3)] == [old, young, shorts[2]]
+
+
+def test_starts_of_a_more_urgent_rank_are_no_overtakes() -> None:
+    """A late job (best effort now) is not overtaken by on-time jobs, which go first in any
+    order, nor a job by a more urgent class: were it promoted by their starts, it would go
+    ahead of them and make the on-time ones late in turn."""
+    late, best_effort = _job("late", 5, ttft_s=1), _job("be", 5)
+    late.slo_missed = True
+    for t, job in enumerate([late, best_effort]):
+        job.enqueue_time = float(t)
+        job.overtake_budget = 1
+    on_time = [_job(f"ok{k}", 1, ttft_s=50) for k in range(2)]
+    urgent = _job("urgent", 1, priority=-1)
+    for job in [*on_time, urgent]:
+        job.enqueue_time = 9.0
+    queue = _queue(late, best_effort, *on_time, urgent)
+    for _ in range(3):
+        _overtaken(queue, queue.pop(10.0))  # type: ignore[arg-type]
+    assert late.overtaken == best_effort.overtaken == 0
+    assert queue.promotion_due() is None
+
+    later = _job("later", 1)  # a best-effort arrival after both, of their rank
+    later.enqueue_time = 9.0
+    _overtaken(queue, later)
+    assert late.overtaken == best_effort.overtaken == 1
+    assert queue.pop(10.0) is late  # promoted: oldest first

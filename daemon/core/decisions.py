@@ -79,10 +79,8 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
     until = {}
     for lane in lanes.values():
         if lane.memory_bound and lane.free_slots > 0:
-            ends = sorted((slo.running_left_s(job, policy, policy.batch_hint), job.job_id)
-                          for job in lane.running.values())
-            until[lane.name] = admission.seconds_until_fits(lane.capacity, lane.kv, ends,
-                                                            footprint(head), context)
+            until[lane.name] = admission.seconds_until_fits(
+                lane.capacity, lane.kv, slo.running_ends(lane, policy), footprint(head), context)
     if not until:
         return
     for job in ctx.waiting.best(ctx.now, BACKFILL_CANDIDATES):

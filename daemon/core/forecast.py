@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from daemon.core import slo
+from daemon.core import admission, slo
 from daemon.core.estimates import Estimates
 from daemon.core.job import Job
 from daemon.core.lanes import Lane
@@ -133,9 +133,23 @@ class Forecaster:
 
     def start_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
         """When a new job with an objective would start, in seconds after its arrival: the
-        time since, the forecast from the jobs ahead of it, and the learned margin."""
+        time since, the forecast from the jobs ahead of it (no sooner than its KV fits),
+        and the learned margin."""
         ahead = self.ahead_of(job, pending)
-        return self.now() - job.arrival_time + self._start_in(ahead) + self._margin()
+        forecast = max(self._start_in(ahead), self._fits_in(job))
+        return self.now() - job.arrival_time + forecast + self._margin()
+
+    def _fits_in(self, job: Job) -> float:
+        """Seconds until the job's predicted KV footprint fits beside the running jobs of
+        some serving lane, as they end at their predicted times (0 on a lane that admits
+        by count). The slot forecast counts every job as one slot: a job with a footprint
+        of several typical ones waits for as many to end."""
+        policy, tokens = self.estimates.policy, self.estimates.footprint(job)
+        context = job.num_prompt_tokens + job.num_generated_tokens
+        return min((admission.seconds_until_fits(lane.capacity, lane.kv,
+                                                 slo.running_ends(lane, policy), tokens, context)
+                    if lane.memory_bound else 0.0
+                    for lane in self.lanes if lane.down_reason is None), default=math.inf)
 
     def started(self, job_id: str, now: float) -> None:
         """A job admission promised a start to started (or turned late) at `now`."""

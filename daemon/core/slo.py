@@ -91,6 +91,13 @@ def running_left_s(job: Job, policy: Policy, batch: int) -> float:
     return policy.cost.wall_s(0, context, policy.remaining_tokens(job), batch)
 
 
+def running_ends(lane: Lane, policy: Policy) -> list[tuple[float, str]]:
+    """(seconds to its last token, job id) of each of the lane's running jobs, soonest first
+    (admission.seconds_until_fits reads them)."""
+    return sorted((running_left_s(job, policy, policy.batch_hint), job.job_id)
+                  for job in lane.running.values())
+
+
 def start_in(free: Sequence[float], services: Iterable[float]) -> float:
     """Seconds until a slot frees for a job that starts after jobs of `services` seconds,
     each started on the earliest free slot in turn; inf with no slot."""

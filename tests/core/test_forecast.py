@@ -9,7 +9,7 @@ import math
 import pytest
 
 from daemon.core.costmodel import CostModel
-from daemon.core.events import Event
+from daemon.core.events import Capacity, Event
 from daemon.core.forecast import ERROR_HORIZON_S, MIN_ERRORS
 from daemon.core.job import Job, SamplingSpec, Slo
 from daemon.core.lanes import Lane
@@ -58,6 +58,28 @@ async def test_a_new_request_starts_after_the_running_job_and_the_work_ahead() -
     pending = _job("p", 100, now)
     assert forecast.ahead_of(new, [pending]) == [urgent, pending]
     assert forecast.ahead_of(new, [_job("q", 100, now, priority=3)]) == [urgent]
+
+
+@pytest.mark.asyncio
+async def test_a_new_request_waits_until_its_kv_fits() -> None:
+    """Under memory admission a free slot is not enough: a job whose footprint does not fit
+    beside the running ones starts when enough of them have ended."""
+    core = _core()
+    lane, now = core.lanes[0], core.now()
+    lane.set_capacity(Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8), None)
+    for name, tokens in (("short", 50), ("long", 200)):  # 0.5 s and 2 s left, 4 blocks each
+        job = _job(name, tokens, now)
+        lane.running[name] = job
+        lane.kv.reserve(name, 64, context_tokens=2)
+    assert core.estimates.slots(lane) == 8  # by count: a slot is free now
+    small = _job("small", 10, now, slo=Slo(ttft_s=0.4))  # 2 + 10 tokens: one block
+    assert core.forecast.start_s(small) == pytest.approx(0.0, abs=0.01)
+    big = _job("big", 60, now, slo=Slo(ttft_s=1.0))  # 2 + 60 tokens: four blocks
+    assert core.forecast.start_s(big) == pytest.approx(0.5, abs=0.05)  # after "short"
+    huge = _job("huge", 120, now, slo=Slo(ttft_s=1.0))  # 8 blocks: both must end
+    assert core.forecast.start_s(huge) == pytest.approx(2.0, abs=0.05)
+    refusal = core.forecast.refusal(huge)
+    assert refusal is not None and refusal.reason == "ttft"
 
 
 @pytest.mark.asyncio

@@ -1,12 +1,16 @@
 """Forecasts of when work will start and end, for admission under latency objectives, the
 predicted-latency response headers and the per-executor predicted TTFT a router reads.
 
-Admission learns its own error: each accepted job with a TTFT objective is promised a start;
-when it starts (or turns late) the difference is one sample, and the MARGIN_QUANTILE of the
-last ERROR_WINDOW samples of the last ERROR_HORIZON_S is added to every new forecast (0
-with fewer than MIN_ERRORS such samples), so that the jobs accepted meet their objective at
-that rate whatever the predictions' and the clock's errors. The horizon lets a margin learned
-in a bad spell (which then refuses everything, so that no sample corrects it) lapse.
+Admission learns its own error: each accepted job with a TTFT objective is promised a start
+some forecast wait from now; when it starts (or turns late) its real wait over the forecast
+one is a sample, and every new forecast wait is multiplied by the MARGIN_QUANTILE of the last
+ERROR_WINDOW samples of the last ERROR_HORIZON_S (COLD_RATIO with fewer than MIN_ERRORS such
+samples; never below 1), so that the jobs accepted meet their objective at that rate
+whatever the predictions' and the clock's errors. The error is relative because it grows
+with the work forecast ahead (each job's predicted service errs); and a job that would
+start now (a free slot, its KV fits) is never refused for it, so that a ratio learned in a
+bad spell cannot refuse everything while the engine idles. The horizon lets such a ratio
+lapse.
 
 A job that ends without starting (cancelled, shed) or is refused leaves no promise behind.
 
@@ -29,9 +33,11 @@ from daemon.core.lanes import Lane
 from daemon.core.ports import QueueFull, SloUnreachable
 from daemon.core.waitqueue import WaitQueue
 
-MARGIN_QUANTILE = 95  # percentile of admission's start errors it adds to each forecast
+MARGIN_QUANTILE = 95  # percentile of admission's start errors (real / forecast wait) it uses
 ERROR_WINDOW = 256  # most recent start errors it reads
-MIN_ERRORS = 8  # errors before the margin is used
+MIN_ERRORS = 8  # errors before they are used
+COLD_RATIO = 2.0  # real / forecast wait assumed before that
+RATIO_FLOOR_S = 0.1  # a forecast wait shorter than this counts as this in a sample
 ERROR_HORIZON_S = 30.0  # errors older than this no longer count
 _MAX_PROMISES = 4096  # promises kept (each leaves when its job starts or ends: a safety cap)
 
@@ -43,9 +49,10 @@ class Forecaster:
         self.lanes = lanes
         self.estimates = estimates
         self.now = now
-        self.margin_s = 0.0  # what admission adds to every forecast start (learned)
-        self._promised: dict[str, float] = {}  # accepted job id -> forecast start (loop time)
-        # (loop time, error) of the latest starts admission promised
+        self.margin_ratio = COLD_RATIO  # what admission multiplies forecast waits by (learned)
+        # accepted job id -> (loop time of its admission, its forecast wait, s)
+        self._promised: dict[str, tuple[float, float]] = {}
+        # (loop time, real / forecast wait) of the latest starts admission promised
         self._errors: collections.deque[tuple[float, float]] = collections.deque(
             maxlen=ERROR_WINDOW)
 
@@ -104,10 +111,11 @@ class Forecaster:
         yet queued) and `shedding` ids already named to be shed: SloUnreachable when it
         cannot meet its objective; QueueFull at max_waiting unless a sheddable job of a
         less urgent class gives up its room (its id is returned and added to `shedding`)."""
-        start = None
+        wait = None
         if job.on_time:
-            start = self.start_s(job, pending)
-            refusal = slo.refusal(job, start, self.estimates.policy, self.decode_step_s())
+            wait = self.wait_s(job, pending)
+            refusal = slo.refusal(job, self._start_s(job, wait), self.estimates.policy,
+                                  self.decode_step_s())
             if refusal is not None:
                 raise SloUnreachable(refusal)
         victim = None
@@ -116,8 +124,8 @@ class Forecaster:
             if victim is None:
                 raise QueueFull(f"{queued} requests are already waiting")
             shedding.add(victim.job_id)
-        if start is not None:  # accepted: its promise, without the margin
-            self._promised[job.job_id] = job.arrival_time + start - self.margin_s
+        if wait is not None:  # accepted: its promise, without the margin
+            self._promised[job.job_id] = (self.now(), wait)
             if len(self._promised) > _MAX_PROMISES:
                 del self._promised[next(iter(self._promised))]  # the oldest
         return None if victim is None else victim.job_id
@@ -133,11 +141,16 @@ class Forecaster:
 
     def start_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
         """When a new job with an objective would start, in seconds after its arrival: the
-        time since, the forecast from the jobs ahead of it (no sooner than its KV fits),
-        and the learned margin."""
-        ahead = self.ahead_of(job, pending)
-        forecast = max(self._start_in(ahead), self._fits_in(job))
-        return self.now() - job.arrival_time + forecast + self._margin()
+        time since, and the forecast wait times the learned margin."""
+        return self._start_s(job, self.wait_s(job, pending))
+
+    def _start_s(self, job: Job, wait: float) -> float:
+        return self.now() - job.arrival_time + wait * self._margin()
+
+    def wait_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
+        """The forecast wait of a new job with an objective, from now: until the jobs ahead
+        of it have started, and no sooner than its KV fits."""
+        return max(self._start_in(self.ahead_of(job, pending)), self._fits_in(job))
 
     def _fits_in(self, job: Job) -> float:
         """Seconds until the job's predicted KV footprint fits beside the running jobs of
@@ -156,7 +169,8 @@ class Forecaster:
         promised = self._promised.pop(job_id, None)
         if promised is None:
             return
-        self._errors.append((now, now - promised))
+        admitted, wait = promised
+        self._errors.append((now, (now - admitted) / max(wait, RATIO_FLOOR_S)))
         self._margin()
 
     def forget(self, job_id: str) -> None:
@@ -164,13 +178,13 @@ class Forecaster:
         self._promised.pop(job_id, None)
 
     def _margin(self) -> float:
-        """The learned margin, from the errors of the last ERROR_HORIZON_S."""
+        """The learned margin (a ratio), from the errors of the last ERROR_HORIZON_S."""
         errors = self._errors
         while errors and errors[0][0] < self.now() - ERROR_HORIZON_S:
             errors.popleft()
-        self.margin_s = 0.0 if len(errors) < MIN_ERRORS else max(
-            float(np.percentile([e for _, e in errors], MARGIN_QUANTILE)), 0.0)
-        return self.margin_s
+        self.margin_ratio = COLD_RATIO if len(errors) < MIN_ERRORS else max(
+            float(np.percentile([e for _, e in errors], MARGIN_QUANTILE)), 1.0)
+        return self.margin_ratio
 
     def decode_step_s(self) -> float:
         """A decode step of a full batch under the current clock."""

@@ -288,12 +288,12 @@ class Scheduler:
                 job.slo_missed = True
                 self.waiting.update(job)
         ctx = DispatchContext(self.now(), self.waiting, self.lanes)
-        started: list[tuple[int, float]] = []  # (rank, wait start) of each launch
+        started: list[tuple[int, float]] = []  # (class, wait start) of each launch
         for job, lane in decisions.launches(ctx, self.policy, self.config.aging.lookahead,
                                             self._by_name, self.estimates.footprint,
                                             self.config.backfill):
             self.waiting.remove(job)
-            started.append((self.waiting.rank(job), self.waiting.wait_started(job)))
+            started.append((job.priority, self.waiting.wait_started(job)))
             self._launch(job, lane)
         if started and self.forecast.counts_overtakes:
             self.waiting.overtaken(started)

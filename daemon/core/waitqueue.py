@@ -96,22 +96,23 @@ class WaitQueue:
         return heap[0][0] if heap else None
 
     def overtaken(self, started: Sequence[tuple[int, float]]) -> None:
-        """Jobs of these (rank, loop time their wait started) just left to run: each waiting
-        job whose wait started earlier was overtaken by each of them that was of its rank or
-        a less urgent one (starts of a more urgent class, or of jobs still on time while it
-        is late, go first in any order and do not count). One that reaches its overtake
-        budget is promoted (bounded overtaking, AgingConfig.overtaking). O(n log k)."""
-        by_rank: dict[int, list[float]] = {}
-        for rank, start in started:
-            by_rank.setdefault(rank, []).append(start)
-        for starts in by_rank.values():
+        """Jobs of these (priority class, loop time their wait started) just left to run:
+        each waiting job whose wait started earlier was overtaken by each of them of its
+        class or a less urgent one (a more urgent class goes first under FCFS too). One
+        that reaches its overtake budget is promoted (bounded overtaking,
+        AgingConfig.overtaking). O(n log k)."""
+        by_class: dict[int, list[float]] = {}
+        for priority, start in started:
+            by_class.setdefault(priority, []).append(start)
+        for starts in by_class.values():
             starts.sort()
         for _, job in list(self._live.values()):
             if job.overtake_budget is None or job.overtakes_spent:
                 continue
-            mine, since = self.rank(job), self.wait_started(job)
+            since = self.wait_started(job)
             job.overtaken += sum(len(starts) - bisect.bisect_right(starts, since)
-                                 for rank, starts in by_rank.items() if rank >= mine)
+                                 for priority, starts in by_class.items()
+                                 if priority >= job.priority)
             if job.overtakes_spent:
                 self.push(job)  # re-keyed: its deadline is now its wait's start
 

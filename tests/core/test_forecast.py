@@ -10,7 +10,7 @@ import pytest
 
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Capacity, Event
-from daemon.core.forecast import ERROR_HORIZON_S, MIN_ERRORS
+from daemon.core.forecast import COLD_RATIO, ERROR_HORIZON_S, MIN_ERRORS
 from daemon.core.job import Job, SamplingSpec, Slo
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
@@ -49,11 +49,12 @@ async def test_a_new_request_starts_after_the_running_job_and_the_work_ahead() -
         core.waiting.push(job)
     new = _job("n", 5, now, slo=Slo(ttft_s=1.0))
     assert forecast.ahead_of(new) == [urgent]
-    refusal = forecast.refusal(new)
+    assert forecast.wait_s(new) == pytest.approx(1.5, abs=0.05)
+    refusal = forecast.refusal(new)  # no start seen yet: waits are taken at COLD_RATIO x
     assert refusal is not None and refusal.reason == "ttft"
-    assert refusal.predicted_s == pytest.approx(1.5, abs=0.05)
-    assert refusal.retry_after_s == pytest.approx(0.5, abs=0.05)
-    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=2.0))) is None
+    assert refusal.predicted_s == pytest.approx(1.5 * COLD_RATIO, abs=0.05)
+    assert refusal.retry_after_s == pytest.approx(1.5 * COLD_RATIO - 1.0, abs=0.05)
+    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.6 * COLD_RATIO))) is None
     # Arrived, not yet queued: counted when of its class or a more urgent one.
     pending = _job("p", 100, now)
     assert forecast.ahead_of(new, [pending]) == [urgent, pending]
@@ -73,11 +74,11 @@ async def test_a_new_request_waits_until_its_kv_fits() -> None:
         lane.kv.reserve(name, 64, context_tokens=2)
     assert core.estimates.slots(lane) == 8  # by count: a slot is free now
     small = _job("small", 10, now, slo=Slo(ttft_s=0.4))  # 2 + 10 tokens: one block
-    assert core.forecast.start_s(small) == pytest.approx(0.0, abs=0.01)
+    assert core.forecast.wait_s(small) == 0.0
     big = _job("big", 60, now, slo=Slo(ttft_s=1.0))  # 2 + 60 tokens: four blocks
-    assert core.forecast.start_s(big) == pytest.approx(0.5, abs=0.05)  # after "short"
+    assert core.forecast.wait_s(big) == pytest.approx(0.5, abs=0.05)  # after "short"
     huge = _job("huge", 120, now, slo=Slo(ttft_s=1.0))  # 8 blocks: both must end
-    assert core.forecast.start_s(huge) == pytest.approx(2.0, abs=0.05)
+    assert core.forecast.wait_s(huge) == pytest.approx(2.0, abs=0.05)
     refusal = core.forecast.refusal(huge)
     assert refusal is not None and refusal.reason == "ttft"
 
@@ -113,30 +114,36 @@ async def test_only_a_less_urgent_sheddable_job_gives_up_its_room() -> None:
 
 
 @pytest.mark.asyncio
-async def test_admission_adds_the_start_errors_it_has_seen() -> None:
+async def test_admission_scales_waits_by_the_errors_it_has_seen() -> None:
     core = _core()
     forecast = core.forecast
     now = core.now()
-    for k in range(MIN_ERRORS):  # each promised a start now, each started 0.5 s late
-        job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=1.0))
+    core.lanes[0].running["r"] = _job("r", 100, now)  # a forecast wait of 1 s
+    for k in range(MIN_ERRORS):  # each started 1.5 s after its admission
+        job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=5.0))
         assert forecast.admit(job, [], 0, 10, set()) is None
-        forecast.started(job.job_id, now + 0.5)
-    assert forecast.margin_s == pytest.approx(0.5, abs=0.01)
-    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.6))) is None
-    refusal = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.4)))
-    assert refusal is not None and refusal.predicted_s == pytest.approx(0.5, abs=0.02)
-
+        forecast.started(job.job_id, now + 1.5)
+    assert forecast.margin_ratio == pytest.approx(1.5, abs=0.01)
+    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.6))) is None
+    refusal = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.4)))
+    assert refusal is not None and refusal.predicted_s == pytest.approx(1.5, abs=0.02)
 
 
 @pytest.mark.asyncio
-async def test_a_margin_from_a_bad_spell_lapses() -> None:
+async def test_a_ratio_from_a_bad_spell_refuses_no_job_that_would_start_now() -> None:
     core = _core()
     forecast = core.forecast
     now = core.now()
+    core.lanes[0].running["r"] = _job("r", 100, now)
     for k in range(MIN_ERRORS):
         job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=60.0))
         forecast.admit(job, [], 0, 10, set())
-        forecast.started(job.job_id, now + 30)  # 30 s late each
-    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.0))) is not None
+        forecast.started(job.job_id, now + 30)  # 30x the forecast wait each
+    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=5.0))) is not None
+    del core.lanes[0].running["r"]  # the slot is free: it would start now
+    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.5))) is None
+    core.lanes[0].running["r"] = _job("r", 100, now)
     forecast.now = lambda: now + ERROR_HORIZON_S + 31  # a quiet spell: nothing accepted
-    assert forecast.refusal(_job("n", 5, forecast.now(), slo=Slo(ttft_s=1.0))) is None
+    assert forecast.margin_ratio > COLD_RATIO
+    assert forecast.refusal(_job("n", 5, forecast.now(), slo=Slo(ttft_s=5.0))) is None
+    assert forecast.margin_ratio == COLD_RATIO  # lapsed: back to the prior

@@ -62,7 +62,7 @@ def test_best_effort_only_keeps_the_policy_order() -> None:
 
 def _overtaken(queue: WaitQueue, *started: Job) -> None:
     """These jobs just left to run."""
-    queue.overtaken([(queue.rank(job), queue.wait_started(job)) for job in started])
+    queue.overtaken([(job.priority, queue.wait_started(job)) for job in started])
 
 
 def test_a_job_overtaken_its_budget_times_goes_next_in_arrival_order() -> None:
@@ -75,7 +75,7 @@ def test_a_job_overtaken_its_budget_times_goes_next_in_arrival_order() -> None:
         job.enqueue_time = float(t)
         job.overtake_budget = 2
     queue = _queue(old, young, *shorts)
-    queue.overtaken([(queue.rank(old), -1.0)])  # one that waited since before them all
+    queue.overtaken([(0, -1.0)])  # a job that waited since before them all
     assert old.overtaken == young.overtaken == 0
 
     first = queue.pop(5.0)
@@ -89,27 +89,23 @@ def test_a_job_overtaken_its_budget_times_goes_next_in_arrival_order() -> None:
     assert [queue.pop(5.0) for _ in range(3)] == [old, young, shorts[2]]
 
 
-def test_starts_of_a_more_urgent_rank_are_no_overtakes() -> None:
-    """A late job (best effort now) is not overtaken by on-time jobs, which go first in any
-    order, nor a job by a more urgent class: were it promoted by their starts, it would go
-    ahead of them and make the on-time ones late in turn."""
-    late, best_effort = _job("late", 5, ttft_s=1), _job("be", 5)
-    late.slo_missed = True
-    for t, job in enumerate([late, best_effort]):
+def test_starts_of_a_more_urgent_class_are_no_overtakes() -> None:
+    """A job is not overtaken by a more urgent class, which goes first under FCFS too:
+    were it promoted by their starts, classes would be undone under sustained load."""
+    low, late = _job("low", 5, priority=1), _job("late", 5, ttft_s=1)
+    late.slo_missed = True  # waits on as best effort
+    for t, job in enumerate([low, late]):
         job.enqueue_time = float(t)
         job.overtake_budget = 1
-    on_time = [_job(f"ok{k}", 1, ttft_s=50) for k in range(2)]
     urgent = _job("urgent", 1, priority=-1)
-    for job in [*on_time, urgent]:
-        job.enqueue_time = 9.0
-    queue = _queue(late, best_effort, *on_time, urgent)
-    for _ in range(3):
-        _overtaken(queue, queue.pop(10.0))  # type: ignore[arg-type]
-    assert late.overtaken == best_effort.overtaken == 0
+    urgent.enqueue_time = 9.0
+    queue = _queue(low, late, urgent)
+    _overtaken(queue, queue.pop(10.0))  # type: ignore[arg-type]
+    assert low.overtaken == late.overtaken == 0
     assert queue.promotion_due() is None
 
-    later = _job("later", 1)  # a best-effort arrival after both, of their rank
-    later.enqueue_time = 9.0
-    _overtaken(queue, later)
-    assert late.overtaken == best_effort.overtaken == 1
-    assert queue.pop(10.0) is late  # promoted: oldest first
+    on_time = _job("ok", 1, ttft_s=50)  # of the late job's class, still on time
+    on_time.enqueue_time = 9.0
+    _overtaken(queue, on_time)
+    assert (low.overtaken, late.overtaken) == (0, 1)  # the late one's class: counted
+    assert queue.promoted(10.0, 5) == [late]

@@ -92,9 +92,9 @@ class Routes:
                    ) -> Slo | None:
         """The request's priority checked and its latency objective (headers, key, class).
         One that cannot be met even with an empty prompt gets its 429 here, before the
-        prompt is tokenized (the wait ahead of it does not depend on its prompt), so a
-        refusal leaves in milliseconds under load; admission tests it again, prompt
-        included, when it submits."""
+        prompt is tokenized (the wait ahead of it does not depend on its prompt, and a
+        bigger KV footprint only waits longer to fit), so a refusal leaves in milliseconds
+        under load; admission tests it again, prompt included, when it submits."""
         svc = self.service
         self._check_priority(req.priority, key)
         objective = slo.objective(request.headers, req.priority, key, svc.config.slo.classes)

@@ -112,6 +112,9 @@ class Footprints:
         self._recent: collections.deque[int] = collections.deque(maxlen=_RECENT)
         self._since = 0  # observations since the quantile was computed
         self._recent_upper: float | None = None
+        # The recent lengths sorted, and the mean of each suffix (residual()).
+        self._sorted = np.zeros(0)
+        self._suffix_mean = np.zeros(0)
 
     def observe(self, job: Job) -> None:
         """A job ended: its answer's length, if known, joins the recent ones."""
@@ -122,8 +125,20 @@ class Footprints:
         self._since += 1
         if len(self._recent) >= MIN_OBSERVED and (
                 self._recent_upper is None or self._since >= _REQUANTILE_EVERY):
-            self._recent_upper = float(np.quantile(np.asarray(self._recent), self.quantile))
+            self._sorted = np.sort(np.asarray(self._recent, dtype=float))
+            self._recent_upper = float(np.quantile(self._sorted, self.quantile))
+            n = len(self._sorted)
+            self._suffix_mean = np.cumsum(self._sorted[::-1])[::-1] / np.arange(n, 0, -1)
             self._since = 0
+
+    def residual(self, generated: int) -> float | None:
+        """Tokens still to come, on average, of the recent answers longer than `generated`:
+        what a job that has generated that many, past its own prediction, may still need.
+        None when no recent answer was longer (or too few were seen)."""
+        i = int(np.searchsorted(self._sorted, generated, side="right"))
+        if i >= len(self._sorted):
+            return None
+        return float(self._suffix_mean[i]) - generated
 
     def upper_output(self, job: Job, scale: float) -> float | None:
         """Total output tokens at the upper estimate; None when nothing is known."""

@@ -47,7 +47,7 @@ def assignments(ctx: DispatchContext, policy: Policy, lookahead: bool
 
 
 def launches(ctx: DispatchContext, policy: Policy, lookahead: bool, lanes: Mapping[str, Lane],
-             footprint: Callable[[Job], float], backfills: bool = True
+             footprint: Callable[[Job], float], left: slo.Left, backfills: bool = True
              ) -> Iterator[tuple[Job, Lane]]:
     """The assignments, each on a lane where its KV `footprint` fits (lane_that_fits), until
     one fits nowhere yet (it waits; jobs behind it that end before it could start go first,
@@ -61,13 +61,13 @@ def launches(ctx: DispatchContext, policy: Policy, lookahead: bool, lanes: Mappi
         lane = lane_that_fits(job, lane, footprint(job), list(lanes.values()), policy)
         if lane is None:
             if backfills:
-                yield from backfill(ctx, policy, job, lanes, footprint)
+                yield from backfill(ctx, policy, job, lanes, footprint, left)
             return
         yield job, lane
 
 
 def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str, Lane],
-             footprint: Callable[[Job], float]) -> Iterator[tuple[Job, Lane]]:
+             footprint: Callable[[Job], float], left: slo.Left) -> Iterator[tuple[Job, Lane]]:
     """EASY backfilling (Lifka 1995, as Slurm's backfill scheduler): `head`, the next job
     in order, fits on no lane yet. Jobs behind it, in order, start now on a lane where their
     KV fits and their predicted service ends before the head's KV would fit there (when the
@@ -80,7 +80,7 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
     for lane in lanes.values():
         if lane.memory_bound and lane.free_slots > 0:
             until[lane.name] = admission.seconds_until_fits(
-                lane.capacity, lane.kv, slo.running_ends(lane, policy), footprint(head), context)
+                lane.capacity, lane.kv, slo.running_ends(lane, policy, left), footprint(head), context)
     if not until:
         return
     for job in ctx.waiting.best(ctx.now, BACKFILL_CANDIDATES):

@@ -134,6 +134,22 @@ class Estimates:
         """The job's predicted KV footprint (tokens): core/admission.py."""
         return self.footprints.tokens(job, self.policy.length_scale, self.config.trust_budget)
 
+    def left_tokens(self, job: Job) -> float:
+        """Output tokens a running job may still generate, for forecasts of when it ends:
+        its predicted rest; once it has run past its prediction (the rest is its last
+        token), the mean rest of the recent answers longer than it is now (a job the
+        predictor underestimated is not about to end; Footprints.residual), within its
+        budget where budgets are trusted."""
+        left = self.policy.remaining_tokens(job)
+        if left > 1.0:
+            return left
+        residual = self.footprints.residual(job.num_generated_tokens)
+        if residual is None:
+            return left
+        if self.config.trust_budget:
+            residual = min(residual, job.num_remaining_budget_tokens)
+        return max(residual, left)
+
     def launched(self, kv_tokens: float) -> None:
         if self._typical_footprint <= 0:
             self._typical_footprint = kv_tokens

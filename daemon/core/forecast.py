@@ -37,7 +37,7 @@ MARGIN_QUANTILE = 95  # percentile of admission's start errors (real / forecast 
 ERROR_WINDOW = 256  # most recent start errors it reads
 MIN_ERRORS = 8  # errors before they are used
 COLD_RATIO = 2.0  # real / forecast wait assumed before that
-RATIO_FLOOR_S = 0.1  # a forecast wait shorter than this counts as this in a sample
+RATIO_FLOOR_S = 0.1  # a forecast wait (but none) shorter than this counts as this
 ERROR_HORIZON_S = 30.0  # errors older than this no longer count
 _MAX_PROMISES = 4096  # promises kept (each leaves when its job starts or ends: a safety cap)
 
@@ -67,7 +67,8 @@ class Forecaster:
         """Seconds until a job queued behind `ahead` would start (list scheduling)."""
         serving = [lane for lane in (lanes or self.lanes) if lane.down_reason is None]
         slots = {lane.name: self.estimates.slots(lane) for lane in serving}
-        free = slo.slot_free_times(serving, self.estimates.policy, slots)
+        free = slo.slot_free_times(serving, self.estimates.policy, slots,
+                                   self.estimates.left_tokens)
         jobs = list(ahead)
         services = [self._service_s(job) for job in jobs[:slo.MAX_AHEAD]]
         # Beyond MAX_AHEAD, jobs count at the typical service, spread over the slots.
@@ -145,7 +146,8 @@ class Forecaster:
         return self._start_s(job, self.wait_s(job, pending))
 
     def _start_s(self, job: Job, wait: float) -> float:
-        return self.now() - job.arrival_time + wait * self._margin()
+        margin = max(wait, RATIO_FLOOR_S) * self._margin() if wait > 0 else 0.0
+        return self.now() - job.arrival_time + margin
 
     def wait_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
         """The forecast wait of a new job with an objective, from now: until the jobs ahead
@@ -158,9 +160,11 @@ class Forecaster:
         by count). The slot forecast counts every job as one slot: a job with a footprint
         of several typical ones waits for as many to end."""
         policy, tokens = self.estimates.policy, self.estimates.footprint(job)
+        left = self.estimates.left_tokens
         context = job.num_prompt_tokens + job.num_generated_tokens
         return min((admission.seconds_until_fits(lane.capacity, lane.kv,
-                                                 slo.running_ends(lane, policy), tokens, context)
+                                                 slo.running_ends(lane, policy, left),
+                                                 tokens, context)
                     if lane.memory_bound else 0.0
                     for lane in self.lanes if lane.down_reason is None), default=math.inf)
 

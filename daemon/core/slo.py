@@ -16,13 +16,15 @@ guard does, core/guard.py).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from daemon.core.guard import list_starts
 from daemon.core.job import Job
 from daemon.core.lanes import Lane
 from daemon.core.policy import Policy
+
+Left = Callable[[Job], float]  # a running job's output tokens still to come
 
 PROMOTE_SLACK = 0.25  # share of its TTFT budget a job has left when it is promoted
 MAX_AHEAD = 512  # jobs ahead a forecast list-schedules (the rest count at the typical time)
@@ -70,8 +72,8 @@ def times(job: Job, policy: Policy) -> tuple[float, float] | None:
     return latest - PROMOTE_SLACK * budget, latest
 
 
-def slot_free_times(lanes: Iterable[Lane], policy: Policy, slots_of: dict[str, int]
-                    ) -> list[float]:
+def slot_free_times(lanes: Iterable[Lane], policy: Policy, slots_of: dict[str, int],
+                    left: Left) -> list[float]:
     """Seconds from now until each slot of the serving lanes frees: a lane with `slots`
     slots and n running jobs frees one at each of its running jobs' predicted ends, and
     has slots - n free now (none while n >= slots, until n - slots + 1 of them ended)."""
@@ -80,21 +82,22 @@ def slot_free_times(lanes: Iterable[Lane], policy: Policy, slots_of: dict[str, i
         if lane.failed:
             continue
         slots = slots_of[lane.name]
-        ends = sorted(running_left_s(job, policy, slots) for job in lane.running.values())
+        ends = sorted(running_left_s(job, policy, slots, left) for job in lane.running.values())
         free += [0.0] * max(slots - len(ends), 0) + ends[max(len(ends) - slots, 0):]
     return free
 
 
-def running_left_s(job: Job, policy: Policy, batch: int) -> float:
-    """A running job's predicted seconds to its last token, in a batch of `batch`."""
+def running_left_s(job: Job, policy: Policy, batch: int, left: Left) -> float:
+    """A running job's predicted seconds to its last token (`left`: its tokens still to
+    come, Estimates.left_tokens), in a batch of `batch`."""
     context = job.num_prompt_tokens + job.num_generated_tokens
-    return policy.cost.wall_s(0, context, policy.remaining_tokens(job), batch)
+    return policy.cost.wall_s(0, context, left(job), batch)
 
 
-def running_ends(lane: Lane, policy: Policy) -> list[tuple[float, str]]:
+def running_ends(lane: Lane, policy: Policy, left: Left) -> list[tuple[float, str]]:
     """(seconds to its last token, job id) of each of the lane's running jobs, soonest first
     (admission.seconds_until_fits reads them)."""
-    return sorted((running_left_s(job, policy, policy.batch_hint), job.job_id)
+    return sorted((running_left_s(job, policy, policy.batch_hint, left), job.job_id)
                   for job in lane.running.values())
 
 

@@ -150,7 +150,7 @@ async def test_what_the_footprint_is_made_of() -> None:
     assert lane.kv._of["none"][0] == 32 + 90
 
 
-def test_missing_predictions_count_recent_answers_once_enough_were_seen() -> None:
+def test_recent_answers_stand_in_for_missing_predictions_and_overrun_ones() -> None:
     prints = Footprints(quantile=0.9, upper_factor=2.0)
     blind = job("blind", predicted=None, upper=None, max_tokens=2000)
     assert prints.tokens(blind, 1.0) == 32 + 2000  # nothing known: the budget
@@ -162,6 +162,10 @@ def test_missing_predictions_count_recent_answers_once_enough_were_seen() -> Non
     assert prints.tokens(blind, 1.0) == pytest.approx(32 + 181, abs=1)  # p90 of 10..200
     # Calibration scales predictions (4x too long here), not observed lengths.
     assert prints.tokens(job("p", upper=400.0), 0.25) == 32 + 100
+    # A job 95 tokens in, past its prediction: the answers longer than that (100..200)
+    # had 150 on average, so 55 more to come; none was longer than 200.
+    assert prints.residual(95) == pytest.approx(150 - 95)
+    assert prints.residual(200) is None
 
 
 @pytest.mark.asyncio

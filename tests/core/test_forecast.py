@@ -8,10 +8,11 @@ import math
 
 import pytest
 
+from daemon.core.admission import MIN_OBSERVED
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Capacity, Event
 from daemon.core.forecast import COLD_RATIO, ERROR_HORIZON_S, MIN_ERRORS
-from daemon.core.job import Job, SamplingSpec, Slo
+from daemon.core.job import Job, JobStatus, SamplingSpec, Slo
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
 from daemon.core.settings import SchedulerConfig
@@ -81,6 +82,23 @@ async def test_a_new_request_waits_until_its_kv_fits() -> None:
     assert core.forecast.wait_s(huge) == pytest.approx(2.0, abs=0.05)
     refusal = core.forecast.refusal(huge)
     assert refusal is not None and refusal.reason == "ttft"
+
+
+@pytest.mark.asyncio
+async def test_a_running_job_past_its_prediction_is_not_about_to_end() -> None:
+    core = _core()
+    now = core.now()
+    running = _job("r", 5, now)  # predicted 5 tokens, already 50 generated
+    running.generated_token_ids = [1] * 50
+    core.lanes[0].running["r"] = running
+    new = _job("n", 5, now, slo=Slo(ttft_s=10.0))
+    assert core.forecast.wait_s(new) == pytest.approx(0.01, abs=0.005)  # its last token
+    for n in range(MIN_OBSERVED):  # answers of 100 tokens were seen
+        done = _job(f"d{n}", 5, now)
+        done.generated_token_ids = [1] * 100
+        done.status, done.finish_reason = JobStatus.FINISHED, "stop"
+        core.estimates.footprints.observe(done)
+    assert core.forecast.wait_s(new) == pytest.approx(0.5, abs=0.05)  # 50 more x 10 ms
 
 
 @pytest.mark.asyncio

@@ -299,11 +299,11 @@ async def test_objectives_refuse_the_hopeless_then_shed_or_demote_the_late() -> 
     streams = {job.job_id: OutputStream() for job in (shed_me, keep_me)}
     for job in (shed_me, keep_me):
         job.arrival_time, job.predicted_output_tokens = core.now(), 3
-        job.slo = Slo(ttft_s=0.2, sheddable=job is shed_me)
+        job.slo = Slo(ttft_s=0.3, sheddable=job is shed_me)  # 2 x 0.1 s (COLD_RATIO, floor)
         core.submit(job, streams[job.job_id])
     _step(core, inbox)
     assert keep_me.on_time and core.waiting.rank(keep_me) == 0
-    await asyncio.sleep(0.25)  # the running job is still running: both are late
+    await asyncio.sleep(0.35)  # the running job is still running: both are late
     _step(core, inbox)
     assert shed_me.status is JobStatus.ABORTED and shed_me.finish_reason == "shed"
     _, end = await read_to_end(streams["shed"], 1)

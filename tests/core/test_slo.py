@@ -66,13 +66,14 @@ def test_slot_free_times_count_free_slots_and_running_ends() -> None:
     policy = _policy()
     lane = Lane("e0", commands=None, max_running=3)  # type: ignore[arg-type]
     lane.running["a"] = _job(tokens=10)  # 10 steps x 10 ms after no prefill
-    assert slo.slot_free_times([lane], policy, {"e0": 3}) == [0.0, 0.0,
-                                                              pytest.approx(0.1)]
+    left = policy.remaining_tokens
+    assert slo.slot_free_times([lane], policy, {"e0": 3}, left) == [0.0, 0.0,
+                                                                    pytest.approx(0.1)]
     lane.running["b"] = _job(tokens=50)
     # One slot counted for two running jobs: it frees when the first of them ends.
-    assert slo.slot_free_times([lane], policy, {"e0": 1}) == [pytest.approx(0.5)]
+    assert slo.slot_free_times([lane], policy, {"e0": 1}, left) == [pytest.approx(0.5)]
     lane.failed = True
-    assert slo.slot_free_times([lane], policy, {"e0": 3}) == []
+    assert slo.slot_free_times([lane], policy, {"e0": 3}, left) == []
 
 
 def test_refusal_names_the_part_and_when_to_retry() -> None:

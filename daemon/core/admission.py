@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -80,15 +81,14 @@ class KVLedger:
         if held is not None:
             self.blocks = self.blocks - held[1] if self._of else 0
 
-    def peak_blocks(self, extra: tuple[int, float] | None = None,
+    def peak_blocks(self, extra: Sequence[tuple[int, float]] = (),
                     without: frozenset[str] = frozenset()) -> int:
-        """Blocks the running jobs (but those named in `without`; and `extra`: a job's
-        context and footprint, tokens) hold at the peak of their projected KV (module doc),
-        each job's partial block counted whole. O(n log n)."""
+        """Blocks the running jobs (but those named in `without`; and `extra`: jobs' context
+        and footprint, tokens) hold at the peak of their projected KV (module doc), each
+        job's partial block counted whole. O(n log n)."""
         jobs = [(self._context[job_id], tokens) for job_id, (tokens, _) in self._of.items()
                 if job_id not in without]
-        if extra is not None:
-            jobs.append(extra)
+        jobs += extra
         # (answer tokens left, context now), longest answer first
         ends = sorted(((max(tokens - context, 0.0), context) for context, tokens in jobs),
                       reverse=True)
@@ -166,18 +166,23 @@ def fits(capacity: Capacity | None, ledger: KVLedger, running: int, tokens: floa
     beside the lane's `running` jobs: the peak of their projected KV with it."""
     if capacity is None or running == 0:
         return True
-    return ledger.peak_blocks((context_tokens, tokens)) <= capacity.kv_blocks
+    return ledger.peak_blocks([(context_tokens, tokens)]) <= capacity.kv_blocks
 
 
 def seconds_until_fits(capacity: Capacity | None, ledger: KVLedger,
                        ends: list[tuple[float, str]], tokens: float,
-                       context_tokens: int = 0) -> float:
+                       context_tokens: int = 0,
+                       before: Sequence[tuple[int, float]] = ()) -> float:
     """Seconds from now until a job of footprint `tokens` fits, if the running jobs end at
     their predicted times (`ends`: (seconds from now, job id), soonest first): the first end
-    after which the peak with it fits. A lane left empty admits any job. O(n log^2 n)."""
-    if fits(capacity, ledger, len(ends), tokens, context_tokens) or capacity is None:
+    after which the peak with it fits, beside the jobs that take their room first (`before`:
+    their contexts and footprints, counted as held from now on). A lane left empty admits
+    any job. O(n log^2 n)."""
+    if capacity is None or not ends:
         return 0.0
-    extra = (context_tokens, tokens)
+    extra = [*before, (context_tokens, tokens)]
+    if ledger.peak_blocks(extra) <= capacity.kv_blocks:
+        return 0.0
     lo, hi = 1, len(ends)  # the fewest ends after which it fits: in (lo - 1, hi]
     while lo < hi:
         mid = (lo + hi) // 2

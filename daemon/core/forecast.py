@@ -151,22 +151,26 @@ class Forecaster:
 
     def wait_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
         """The forecast wait of a new job with an objective, from now: until the jobs ahead
-        of it have started, and no sooner than its KV fits."""
-        return max(self._start_in(self.ahead_of(job, pending)), self._fits_in(job))
+        of it have started, and no sooner than its KV fits beside them."""
+        ahead = self.ahead_of(job, pending)
+        return max(self._start_in(ahead), self._fits_in(job, ahead))
 
-    def _fits_in(self, job: Job) -> float:
-        """Seconds until the job's predicted KV footprint fits beside the running jobs of
-        some serving lane, as they end at their predicted times (0 on a lane that admits
-        by count). The slot forecast counts every job as one slot: a job with a footprint
-        of several typical ones waits for as many to end."""
-        policy, tokens = self.estimates.policy, self.estimates.footprint(job)
-        left = self.estimates.left_tokens
+    def _fits_in(self, job: Job, ahead: Sequence[Job] = ()) -> float:
+        """Seconds until the job's predicted KV footprint fits on some serving lane, beside
+        its share of the jobs `ahead` (which take their room first) and the running jobs
+        as they end at their predicted times; 0 on a lane that admits by count. The slot
+        forecast counts every job as one typical footprint: a bigger one waits for more
+        memory, and the jobs ahead of it take what frees first."""
+        estimates = self.estimates
+        policy, footprint, left = estimates.policy, estimates.footprint, estimates.left_tokens
+        serving = [lane for lane in self.lanes if lane.down_reason is None]
+        first = [(other.num_prompt_tokens + other.num_generated_tokens, footprint(other))
+                 for other in ahead[:slo.MAX_AHEAD]]
         context = job.num_prompt_tokens + job.num_generated_tokens
-        return min((admission.seconds_until_fits(lane.capacity, lane.kv,
-                                                 slo.running_ends(lane, policy, left),
-                                                 tokens, context)
-                    if lane.memory_bound else 0.0
-                    for lane in self.lanes if lane.down_reason is None), default=math.inf)
+        return min((admission.seconds_until_fits(
+            lane.capacity, lane.kv, slo.running_ends(lane, policy, left), footprint(job),
+            context, first[k::len(serving)]) if lane.memory_bound else 0.0
+            for k, lane in enumerate(serving)), default=math.inf)
 
     def started(self, job_id: str, now: float) -> None:
         """A job admission promised a start to started (or turned late) at `now`."""

@@ -214,7 +214,7 @@ def test_the_peak_of_the_projected_kv_is_below_the_sum_of_footprints() -> None:
     assert ledger.blocks == 11 + 40
     assert ledger.peak_blocks() == 40 + 1  # one partial block counted whole
     # a third job of context 50 ending in 200 steps: at t = 200 it holds 250, long 300
-    assert ledger.peak_blocks((50, 250)) == 55 + 2
+    assert ledger.peak_blocks([(50, 250)]) == 55 + 2
     # jobs that all end together peak at the sum
     same = KVLedger()
     same.block_size = 10

@@ -80,6 +80,11 @@ async def test_a_new_request_waits_until_its_kv_fits() -> None:
     assert core.forecast.wait_s(big) == pytest.approx(0.5, abs=0.05)  # after "short"
     huge = _job("huge", 120, now, slo=Slo(ttft_s=1.0))  # 8 blocks: both must end
     assert core.forecast.wait_s(huge) == pytest.approx(2.0, abs=0.05)
+    # A job ahead of it (a tighter objective) takes what "short" frees first.
+    ahead = _job("ahead", 60, now, slo=Slo(ttft_s=0.5))
+    core.waiting.push(ahead)
+    assert core.forecast.ahead_of(big) == [ahead]
+    assert core.forecast.wait_s(big) == pytest.approx(2.0, abs=0.05)
     refusal = core.forecast.refusal(huge)
     assert refusal is not None and refusal.reason == "ttft"
 

@@ -9,8 +9,10 @@ samples; never below 1), so that the jobs accepted meet their objective at that 
 whatever the predictions' and the clock's errors. The error is relative because it grows
 with the work forecast ahead (each job's predicted service errs); and a job that would
 start now (a free slot, its KV fits) is never refused for it, so that a ratio learned in a
-bad spell cannot refuse everything while the engine idles. The horizon lets such a ratio
-lapse.
+bad spell cannot refuse everything while the engine idles; such a job is promised nothing
+either (the ratio is learned from the forecasts it applies to, so the first burst that
+queues still meets COLD_RATIO, not the ratio of jobs that found an idle engine). The
+horizon lets a ratio lapse.
 
 A job that ends without starting (cancelled, shed) or is refused leaves no promise behind.
 
@@ -126,7 +128,7 @@ class Forecaster:
             if victim is None:
                 raise QueueFull(f"{queued} requests are already waiting")
             shedding.add(victim.job_id)
-        if wait is not None:  # accepted: its promise, without the margin
+        if wait:  # accepted to wait: its promise, without the margin
             self._promised[job.job_id] = (self.now(), wait)
             if len(self._promised) > _MAX_PROMISES:
                 del self._promised[next(iter(self._promised))]  # the oldest

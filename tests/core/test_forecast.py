@@ -4,6 +4,7 @@ its refusal, a queued job's predicted latency, a lane's predicted TTFT, the job 
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 
 import pytest
@@ -147,6 +148,11 @@ async def test_admission_scales_waits_by_the_errors_it_has_seen() -> None:
         assert forecast.admit(job, [], 0, 10, set()) is None
         forecast.started(job.job_id, now + 1.5)
     assert forecast.margin_ratio == pytest.approx(1.5, abs=0.01)
+    idle = _core().forecast  # a job that would start now is promised nothing
+    admitted = _job("i", 5, now, slo=Slo(ttft_s=5.0))
+    assert idle.admit(admitted, [], 0, 10, set()) is None
+    idle.started(admitted.job_id, now + 3.0)
+    assert idle._errors == collections.deque()
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.6))) is None
     refusal = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.4)))
     assert refusal is not None and refusal.predicted_s == pytest.approx(1.5, abs=0.02)

@@ -79,8 +79,9 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
     until = {}
     for lane in lanes.values():
         if lane.memory_bound and lane.free_slots > 0:
-            until[lane.name] = admission.seconds_until_fits(
-                lane.capacity, lane.kv, slo.running_ends(lane, policy, left), footprint(head), context)
+            ends = slo.running_ends(lane, policy, left)
+            until[lane.name] = admission.seconds_until_fits(lane.capacity, lane.kv, ends,
+                                                            footprint(head), context)
     if not until:
         return
     for job in ctx.waiting.best(ctx.now, BACKFILL_CANDIDATES):

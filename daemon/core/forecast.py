@@ -159,7 +159,7 @@ class Forecaster:
         ahead = self.ahead_of(job, pending)
         return max(self._start_in(ahead), self._fits_in(job, ahead))
 
-    def _fits_in(self, job: Job, ahead: Sequence[Job] = ()) -> float:
+    def _fits_in(self, job: Job, ahead: Sequence[Job]) -> float:
         """Seconds until the job's predicted KV footprint fits on some serving lane, beside
         its share of the first MEMORY_AHEAD jobs `ahead` (which take their room first) and
         the running jobs as they end at their predicted times; 0 on a lane that admits by
@@ -171,10 +171,10 @@ class Forecaster:
         serving = [lane for lane in self.lanes if lane.down_reason is None]
         first = [(other.num_prompt_tokens + other.num_generated_tokens, footprint(other))
                  for other in ahead[:MEMORY_AHEAD]]
-        context = job.num_prompt_tokens + job.num_generated_tokens
+        tokens, context = footprint(job), job.num_prompt_tokens + job.num_generated_tokens
         return min((admission.seconds_until_fits(
-            lane.capacity, lane.kv, slo.running_ends(lane, policy, left), footprint(job),
-            context, first[k::len(serving)]) if lane.memory_bound else 0.0
+            lane.capacity, lane.kv, slo.running_ends(lane, policy, left), tokens, context,
+            first[k::len(serving)]) if lane.memory_bound else 0.0
             for k, lane in enumerate(serving)), default=math.inf)
 
     def started(self, job_id: str, now: float) -> None:

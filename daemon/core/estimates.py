@@ -156,6 +156,11 @@ class Estimates:
         else:
             self._typical_footprint += _FOOTPRINT_WEIGHT * (kv_tokens - self._typical_footprint)
 
+    @property
+    def typical_footprint(self) -> float:
+        """The recent launches' mean KV footprint (tokens); 0 before any launch."""
+        return self._typical_footprint
+
     def slots(self, lane: Lane) -> int:
         """Jobs the lane runs together at load: its count cap, or under memory admission
         as many typical footprints as its KV cache holds (at most its count cap)."""

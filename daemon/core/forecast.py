@@ -150,28 +150,35 @@ class Forecaster:
         return self._start_s(job, self.wait_s(job, pending))
 
     def _start_s(self, job: Job, wait: float) -> float:
-        margin = max(wait, RATIO_FLOOR_S) * self._margin() if wait > 0 else 0.0
+        margin = max(wait, RATIO_FLOOR_S) * self.margin() if wait > 0 else 0.0
         return self.now() - job.arrival_time + margin
 
     def wait_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
         """The forecast wait of a new job with an objective, from now: until the jobs ahead
         of it have started, and no sooner than its KV fits beside them."""
-        ahead = self.ahead_of(job, pending)
-        return max(self._start_in(ahead), self._fits_in(job, ahead))
+        return self._wait_behind(job, self.ahead_of(job, pending))
 
-    def _fits_in(self, job: Job, ahead: Sequence[Job]) -> float:
-        """Seconds until the job's predicted KV footprint fits on some serving lane, beside
-        its share of the first MEMORY_AHEAD jobs `ahead` (which take their room first) and
-        the running jobs as they end at their predicted times; 0 on a lane that admits by
-        count. The slot forecast counts every job as one typical footprint: a bigger one
-        waits for more memory, and the jobs ahead of it take what frees first. About 0.06
-        ms with 64 running and 32 ahead (2 ms with 512 ahead, hence the cap)."""
+    def _wait_behind(self, job: Job, ahead: Sequence[Job]) -> float:
+        """Seconds until `job` would start behind `ahead`: when they have started, and no
+        sooner than its KV fits beside them."""
+        context = job.num_prompt_tokens + job.num_generated_tokens
+        return max(self._start_in(ahead),
+                   self._fits_in(self.estimates.footprint(job), context, ahead))
+
+    def _fits_in(self, tokens: float, context: int, ahead: Sequence[Job],
+                 lanes: Sequence[Lane] | None = None) -> float:
+        """Seconds until a KV footprint of `tokens` (`context` of them held now) fits on some
+        serving lane, beside its share of the first MEMORY_AHEAD jobs `ahead` (which take
+        their room first) and the running jobs as they end at their predicted times; 0 on a
+        lane that admits by count. The slot forecast counts every job as one typical
+        footprint: a bigger one waits for more memory, and the jobs ahead of it take what
+        frees first. About 0.06 ms with 64 running and 32 ahead (2 ms with 512 ahead, hence
+        the cap)."""
         estimates = self.estimates
         policy, footprint, left = estimates.policy, estimates.footprint, estimates.left_tokens
-        serving = [lane for lane in self.lanes if lane.down_reason is None]
+        serving = [lane for lane in (lanes or self.lanes) if lane.down_reason is None]
         first = [(other.num_prompt_tokens + other.num_generated_tokens, footprint(other))
                  for other in ahead[:MEMORY_AHEAD]]
-        tokens, context = footprint(job), job.num_prompt_tokens + job.num_generated_tokens
         return min((admission.seconds_until_fits(
             lane.capacity, lane.kv, slo.running_ends(lane, policy, left), tokens, context,
             first[k::len(serving)]) if lane.memory_bound else 0.0
@@ -184,13 +191,13 @@ class Forecaster:
             return
         admitted, wait = promised
         self._errors.append((now, (now - admitted) / max(wait, RATIO_FLOOR_S)))
-        self._margin()
+        self.margin()
 
     def forget(self, job_id: str) -> None:
         """A job ended without starting: its promise is no sample."""
         self._promised.pop(job_id, None)
 
-    def _margin(self) -> float:
+    def margin(self) -> float:
         """The learned margin (a ratio), from the errors of the last ERROR_HORIZON_S."""
         errors = self._errors
         while errors and errors[0][0] < self.now() - ERROR_HORIZON_S:
@@ -218,7 +225,7 @@ class Forecaster:
             mine = next(((rank, key) for rank, key, other in keyed if other is job), (0, 0.0))
             ahead = [other for rank, key, other in keyed if other is not job and (
                 (rank, key) < mine or self.waiting.deadline(other) <= now)]
-            start = since + self._start_in(ahead)
+            start = since + self._wait_behind(job, ahead)
         else:  # running (or about to be queued: now)
             start = since
         first = (job.first_token_time - job.arrival_time if job.first_token_time is not None
@@ -227,15 +234,20 @@ class Forecaster:
         return slo.Prediction(first, max(finish, first))
 
     def ttft_s(self, lane: Lane) -> float:
-        """Predicted TTFT of a new best-effort request of class 0 placed on `lane`: behind
-        its share of the waiting jobs of class 0 or more urgent."""
+        """Predicted TTFT of a new best-effort request of class 0 and typical size placed
+        on `lane`: behind its share of the waiting jobs of class 0 or more urgent, and no
+        sooner than a typical footprint fits beside them. A point forecast: admission
+        refuses on it times the learned margin (margin())."""
         serving = [other for other in self.lanes if other.down_reason is None]
         if lane.down_reason is not None or not serving:
             return math.inf
         ahead = [job for job in self.waiting if job.priority <= 0]
         share = ahead[:: len(serving)] if len(serving) > 1 else ahead
-        return self._start_in(share, [lane]) + self.estimates.policy.cost.prefill_s(
-            self.estimates.typical.prompt_tokens)
+        estimates = self.estimates
+        prompt = round(estimates.typical.prompt_tokens)
+        wait = max(self._start_in(share, [lane]),
+                   self._fits_in(estimates.typical_footprint, prompt, share, [lane]))
+        return wait + estimates.policy.cost.prefill_s(prompt)
 
     def sheddable_for(self, job: Job, spared: set[str]) -> Job | None:
         """A waiting sheddable job of a less urgent class than `job` (the least urgent, the

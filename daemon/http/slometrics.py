@@ -72,3 +72,8 @@ class PredictedTtftCollector(Collector):
             if math.isfinite(ttft):
                 family.add_metric([lane.name], ttft)
         yield family
+        yield GaugeMetricFamily(
+            "lengthwise_slo_admission_margin_ratio", "What admission multiplies a request's "
+            "forecast wait by before it compares it with the TTFT objective: the 95th "
+            "percentile of real / forecast wait of the requests it promised a start in the "
+            "last 30 s (2 until 8 of them started; never below 1)", value=forecast.margin())

@@ -88,6 +88,11 @@ async def test_a_new_request_waits_until_its_kv_fits() -> None:
     assert core.forecast.wait_s(big) == pytest.approx(2.0, abs=0.05)
     refusal = core.forecast.refusal(huge)
     assert refusal is not None and refusal.reason == "ttft"
+    # The predicted-latency header and the router's metric see memory too: queued behind
+    # "ahead", "huge" starts when both running jobs have ended, and so would a new request.
+    core.waiting.push(huge)
+    assert core.forecast.latency(huge).ttft_s == pytest.approx(2.0, abs=0.05)
+    assert core.forecast.ttft_s(lane) == pytest.approx(2.0, abs=0.05)
 
 
 @pytest.mark.asyncio

@@ -82,6 +82,7 @@ async def test_bad_header_over_http_and_the_daemon_keeps_serving(
     metrics = (await http.get("/metrics")).text
     assert 'lengthwise_slo_requests_total{outcome="met",priority="0"} 1.0' in metrics
     assert 'lengthwise_predicted_ttft_seconds{executor="sim0"}' in metrics
+    assert "lengthwise_slo_admission_margin_ratio 2.0" in metrics  # cold: no start yet
 
 
 @pytest.mark.asyncio

@@ -10,9 +10,11 @@ run, OUT/learned/) unless --profile names one for all. vLLM's own server is repl
 (with --profile: it learns no clock) as lengthwise fcfs handing every request to the engine.
 
 What-ifs on the same arrivals: `--systems lengthwise:ssjf,lengthwise:fcfs+scheduler.backfill=false`
-replays the first run at each rate as each of these systems instead, and `--clock-scale 1.25`
+replays the first run at each rate as each of these systems instead, `--clock-scale 1.25`
 slows every step of the profile (near capacity a few per cent of engine speed is a factor
-in latency: docs/benchmarks.md).
+in latency: docs/benchmarks.md), and `--load 1.5` sends the same requests 1.5x as fast
+(a run at capacity replayed in overload; the real columns stay the run's own). The table
+gives the simulated engine's preemptions beside the real ones.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class Row(msgspec.Struct, kw_only=True):
     sim_mean_jct: float
     real_p99_jct: float
     sim_p99_jct: float
+    real_preemptions: float | None = None  # the engine's, as /metrics counted them
+    sim_preemptions: int = 0
     real_jct: list[float] = msgspec.field(default_factory=list)  # per request, for the plot
     sim_jct: list[float] = msgspec.field(default_factory=list)
 
@@ -116,7 +120,7 @@ def slowed(profile: costfile.Profile, scale: float) -> costfile.Profile:
 
 
 def validate(results: CompareResults, profile: costfile.Profile | None,
-             predictor: str, clock_scale: float = 1.0) -> list[Row]:
+             predictor: str, clock_scale: float = 1.0, load: float = 1.0) -> list[Row]:
     rows = []
     rates = list(dict.fromkeys(run.rate for run in results.runs))  # in the order compare ran them
     for run in results.runs:
@@ -125,8 +129,8 @@ def validate(results: CompareResults, profile: costfile.Profile | None,
             continue
         policy = rest.split("+")[0] if kind == "lengthwise" else "fcfs"
         spec = msgspec.structs.replace(results.workload, rate=run.rate)
-        requests = _as_sent(workload.build(spec), run.requests, results.client,
-                            compare.salt(rates.index(run.rate)))
+        requests = [msgspec.structs.replace(r, arrival_s=r.arrival_s / load) for r in _as_sent(
+            workload.build(spec), run.requests, results.client, compare.salt(rates.index(run.rate)))]
         config_sets, sim_sets = split_sim(_overrides(results, run.system))
         config = build_config(overrides=config_sets)
         if profile is None and not run.learned_profile:  # vLLM's server learns no clock
@@ -136,11 +140,14 @@ def validate(results: CompareResults, profile: costfile.Profile | None,
                           natural=results.natural, max_model_len=spec.max_model_len)
         estimates = predictions(requests, _predictor_for(policy, predictor), spec.seed,
                                 config.scheduler.admission_quantile)
-        simulated = simulate(requests, estimates, opts).results
+        outcome = simulate(requests, estimates, opts)
+        simulated = outcome.results
         sim = summarize(simulated)
-        rows.append(Row(system=run.system, rate=run.rate, real_mean_jct=run.summary.mean_jct,
+        rows.append(Row(system=run.system, rate=run.rate * load,
+                        real_mean_jct=run.summary.mean_jct,
                         sim_mean_jct=sim.mean_jct, real_p99_jct=run.summary.p99_jct,
-                        sim_p99_jct=sim.p99_jct,
+                        sim_p99_jct=sim.p99_jct, real_preemptions=run.engine_preemptions,
+                        sim_preemptions=outcome.engine_preemptions,
                         real_jct=[q.jct_s for q in run.requests if q.ok],
                         sim_jct=[q.jct_s for q in simulated if q.ok]))
     return rows
@@ -148,11 +155,12 @@ def validate(results: CompareResults, profile: costfile.Profile | None,
 
 def table(rows: list[Row]) -> str:
     lines = [("| system | rate | real mean JCT (s) | sim mean JCT (s) | error | real p99 (s) "
-             "| sim p99 (s) | error |"), "|---" * 8 + "|"]
+             "| sim p99 (s) | error | engine preemptions: real | sim |"), "|---" * 10 + "|"]
     for r in rows:
+        real = "-" if r.real_preemptions is None else f"{r.real_preemptions:g}"
         lines.append(f"| {r.system} | {r.rate:g} | {r.real_mean_jct:.2f} | {r.sim_mean_jct:.2f} "
                      f"| {r.mean_error:+.1%} | {r.real_p99_jct:.2f} | {r.sim_p99_jct:.2f} "
-                     f"| {r.p99_error:+.1%} |")
+                     f"| {r.p99_error:+.1%} | {real} | {r.sim_preemptions} |")
     return "\n".join(lines) + "\n"
 
 
@@ -167,6 +175,9 @@ def main(argv: list[str]) -> int:
                    "systems instead (lengthwise:POLICY+KEY=V, vllm)")
     p.add_argument("--clock-scale", type=float, default=1.0,
                    help="every simulated step this many times as long")
+    p.add_argument("--load", type=float, default=1.0,
+                   help="send the requests this many times as fast (arrival times / LOAD; "
+                   "the real columns stay the run's own, at its rate)")
     p.add_argument("--out", type=Path, help="write the markdown table here too")
     p.add_argument("--plot", type=Path, help="PNG: real and simulated JCT CDFs, per run")
     args = p.parse_args(argv)
@@ -174,7 +185,7 @@ def main(argv: list[str]) -> int:
     if args.systems:
         results = what_if(results, args.systems.split(","))
     rows = validate(results, costfile.load(args.profile) if args.profile else None,
-                    args.predictor, args.clock_scale)
+                    args.predictor, args.clock_scale, args.load)
     text = table(rows)
     if args.out:
         args.out.write_text(text)

@@ -52,6 +52,7 @@ class SimOptions(msgspec.Struct, frozen=True, kw_only=True):
 class SimRun(msgspec.Struct, kw_only=True):
     results: list[RequestResult]
     preemptions: int
+    engine_preemptions: int = 0  # the simulated engines' own (recompute when KV runs out)
     budget_yields: int  # dispatches that ran out of their token budget (SCLS slices)
     repredictions: int
     wall_s: float
@@ -170,6 +171,8 @@ async def _simulate(requests: Sequence[workload.Request], preds: Sequence[Estima
     stats = [lane.stats for sched in scheds for lane in sched.lanes]
     return SimRun(results=[_result(req, job) for req, job in zip(requests, jobs, strict=True)],
                   preemptions=sum(s.preemptions for s in stats),
+                  engine_preemptions=sum(ex.engine_preemptions for daemon in daemons
+                                         for ex in daemon.executors),
                   budget_yields=sum(s.budget_yields for s in stats),
                   repredictions=sum(sched.repredictor.jobs for sched in scheds),
                   wall_s=time.perf_counter() - started,

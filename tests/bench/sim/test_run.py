@@ -122,10 +122,11 @@ def test_validate_replays_the_runs_workload(tmp_path: Path) -> None:
     for policy in ("fcfs", "oracle-sjf"):
         reqs = build(spec)
         how = "none" if policy == "fcfs" else "oracle"
-        results = simulate(reqs, predictions(reqs, how, 3),
-                           _opts(policy, max_running=2)).results
+        outcome = simulate(reqs, predictions(reqs, how, 3), _opts(policy, max_running=2))
+        results = outcome.results
         runs.append(RunRecord(system=f"lengthwise:{policy}", rate=40.0,
-                              summary=summarize(results), requests=results, wall_s=1.0))
+                              summary=summarize(results), requests=results, wall_s=1.0,
+                              engine_preemptions=outcome.engine_preemptions))
     compare = CompareResults(model="m", max_num_seqs=2, workload=spec, natural=False,
                              startup_s={}, runs=runs)
     path = tmp_path / "results.json"
@@ -140,8 +141,13 @@ def test_validate_replays_the_runs_workload(tmp_path: Path) -> None:
                              "none")
     assert [r.system for r in rows] == ["lengthwise:fcfs", "lengthwise:oracle-sjf"]
     assert all(r.mean_error == pytest.approx(0.0) and r.p99_error == pytest.approx(0.0)
-               for r in rows)
+               and r.sim_preemptions == r.real_preemptions for r in rows)
     assert plot.stat().st_size > 0
+    # The same requests sent twice as fast: the rate doubles and the queue is longer.
+    faster = validate.validate(compare, msgspec.json.decode(profile.read_bytes(), type=Profile),
+                               "none", load=2.0)
+    assert [r.rate for r in faster] == [80.0, 80.0]
+    assert all(f.sim_mean_jct > r.sim_mean_jct for f, r in zip(faster, rows, strict=True))
 
 
 def test_budgets_keep_the_truth_from_predicted_policies() -> None:

@@ -3,6 +3,7 @@ it was trained with. Torch-free, so reading a manifest (and `import predictor`) 
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -51,10 +52,15 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True):
     fallback: str = ""  # retrieval: sub-folder holding the proxy used on a miss
     seed: int = 0
     train_seconds: float = 0.0
-    dev_metrics: dict[str, float] = {}
+    dev_metrics: dict[str, float] = {}  # finite values only (write_manifest)
 
 
 def write_manifest(folder: Path, manifest: Manifest) -> None:
+    """Write it atomically. A dev metric undefined on this dev set (r2 when every dev length
+    is equal, a small log's tiny split) is left out: JSON has no NaN, it would be written as
+    null and the model refused on load."""
+    manifest = msgspec.structs.replace(manifest, dev_metrics={
+        name: value for name, value in manifest.dev_metrics.items() if math.isfinite(value)})
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / (MANIFEST + ".tmp")
     tmp.write_bytes(msgspec.json.format(msgspec.json.encode(manifest)))

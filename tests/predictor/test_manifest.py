@@ -30,3 +30,11 @@ def test_defaults_fill_what_an_older_manifest_lacks(tmp_path) -> None:
     assert (manifest.net, manifest.window, manifest.quantile_offsets) == (None, 50, [])
     with pytest.raises(msgspec.ValidationError):
         msgspec.json.decode(b'{"kind": "proxy", "top_k": "many"}', type=Manifest)
+
+
+def test_an_undefined_dev_metric_is_left_out_not_written_as_null(tmp_path) -> None:
+    """r2 is NaN when every dev length is equal (a small request log's split): written as
+    JSON null it made the model unloadable, and a SIGHUP reload refused it."""
+    write_manifest(tmp_path, Manifest(kind="proxy", dev_metrics={"mae": 1.5,
+                                                                 "r2": float("nan")}))
+    assert read_manifest(tmp_path).dev_metrics == {"mae": 1.5}

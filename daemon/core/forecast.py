@@ -52,7 +52,6 @@ class Forecaster:
         self.lanes = lanes
         self.estimates = estimates
         self.now = now
-        self.margin_ratio = COLD_RATIO  # what admission multiplies forecast waits by (learned)
         # accepted job id -> (loop time of its admission, its forecast wait, s)
         self._promised: dict[str, tuple[float, float]] = {}
         # (loop time, real / forecast wait) of the latest starts admission promised
@@ -191,7 +190,6 @@ class Forecaster:
             return
         admitted, wait = promised
         self._errors.append((now, (now - admitted) / max(wait, RATIO_FLOOR_S)))
-        self.margin()
 
     def forget(self, job_id: str) -> None:
         """A job ended without starting: its promise is no sample."""
@@ -202,9 +200,9 @@ class Forecaster:
         errors = self._errors
         while errors and errors[0][0] < self.now() - ERROR_HORIZON_S:
             errors.popleft()
-        self.margin_ratio = COLD_RATIO if len(errors) < MIN_ERRORS else max(
-            float(np.percentile([e for _, e in errors], MARGIN_QUANTILE)), 1.0)
-        return self.margin_ratio
+        if len(errors) < MIN_ERRORS:
+            return COLD_RATIO
+        return max(float(np.percentile([e for _, e in errors], MARGIN_QUANTILE)), 1.0)
 
     def decode_step_s(self) -> float:
         """A decode step of a full batch under the current clock."""

@@ -152,7 +152,7 @@ async def test_admission_scales_waits_by_the_errors_it_has_seen() -> None:
         job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=5.0))
         assert forecast.admit(job, [], 0, 10, set()) is None
         forecast.started(job.job_id, now + 1.5)
-    assert forecast.margin_ratio == pytest.approx(1.5, abs=0.01)
+    assert forecast.margin() == pytest.approx(1.5, abs=0.01)
     idle = _core().forecast  # a job that would start now is promised nothing
     admitted = _job("i", 5, now, slo=Slo(ttft_s=5.0))
     assert idle.admit(admitted, [], 0, 10, set()) is None
@@ -177,7 +177,7 @@ async def test_a_ratio_from_a_bad_spell_refuses_no_job_that_would_start_now() ->
     del core.lanes[0].running["r"]  # the slot is free: it would start now
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.5))) is None
     core.lanes[0].running["r"] = _job("r", 100, now)
+    assert forecast.margin() > COLD_RATIO
     forecast.now = lambda: now + ERROR_HORIZON_S + 31  # a quiet spell: nothing accepted
-    assert forecast.margin_ratio > COLD_RATIO
     assert forecast.refusal(_job("n", 5, forecast.now(), slo=Slo(ttft_s=5.0))) is None
-    assert forecast.margin_ratio == COLD_RATIO  # lapsed: back to the prior
+    assert forecast.margin() == COLD_RATIO  # lapsed: back to the prior

@@ -92,7 +92,7 @@ class ALISE(Policy):
         self._work_s: dict[str, float] = {}  # waiting job id -> T when it was keyed
 
     def remaining_s(self, job: Job) -> float:
-        context = job.num_prompt_tokens + job.num_generated_tokens
+        context = job.num_context_tokens
         if job.status is JobStatus.RUNNING:
             prefill = 0
         else:
@@ -142,7 +142,7 @@ class ALISE(Policy):
         """What preempting `victim` frees, net of what its resume will cost: a re-prefill
         of its context, or with `offload` a reload from kvstore (one token computed; the
         victim may be kept instead, when its blocks most likely are still in the engine)."""
-        context = victim.num_prompt_tokens + victim.num_generated_tokens
+        context = victim.num_context_tokens
         resume = self.cost.prefill_s(_OFFLOADED_RESUME_TOKENS if self.params.offload
                                      else context)
         return self.remaining_s(victim) - resume

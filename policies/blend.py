@@ -88,13 +88,13 @@ class Blend(Policy):
 
     def remaining_s(self, job: Job) -> float:
         """Seconds of decoding the job still needs in a full batch (no prefill)."""
-        context = job.num_prompt_tokens + job.num_generated_tokens
+        context = job.num_context_tokens
         return self.cost.wall_s(0, context, self.remaining_tokens(job), self.batch_hint)
 
     def resume_s(self, job: Job) -> float:
         """What stopping the job now costs its resume: the re-prefill of its context (one
         token when it would come back from kvstore)."""
-        context = job.num_prompt_tokens + job.num_generated_tokens
+        context = job.num_context_tokens
         return self.cost.prefill_s(1 if self._offloads(job) else context)
 
     def is_early(self, job: Job) -> bool:
@@ -119,7 +119,7 @@ class Blend(Policy):
         return KVResidency.OFFLOAD if self._offloads(job) else KVResidency.KEEP
 
     def _offloads(self, job: Job) -> bool:
-        context = job.num_prompt_tokens + job.num_generated_tokens
+        context = job.num_context_tokens
         return self.params.offload and context >= self.params.offload_min_tokens
 
 

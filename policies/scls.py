@@ -71,7 +71,7 @@ class SCLSParams(Params, frozen=True):
 
 
 def input_len(job: Job) -> int:
-    return job.num_prompt_tokens + job.num_generated_tokens
+    return job.num_context_tokens
 
 
 def _arrival(job: Job) -> tuple[int, float]:

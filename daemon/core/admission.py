@@ -161,12 +161,13 @@ class Footprints:
 
 
 def fits(capacity: Capacity | None, ledger: KVLedger, running: int, tokens: float,
-         context_tokens: int = 0) -> bool:
+         context_tokens: int = 0, without: frozenset[str] = frozenset()) -> bool:
     """Whether a job of footprint `tokens` (`context_tokens` of them its context now) fits
-    beside the lane's `running` jobs: the peak of their projected KV with it."""
-    if capacity is None or running == 0:
+    beside the lane's `running` jobs (but those named in `without`, running jobs that are
+    leaving): the peak of their projected KV with it."""
+    if capacity is None or running <= len(without):
         return True
-    return ledger.peak_blocks([(context_tokens, tokens)]) <= capacity.kv_blocks
+    return ledger.peak_blocks([(context_tokens, tokens)], without) <= capacity.kv_blocks
 
 
 def seconds_until_fits(capacity: Capacity | None, ledger: KVLedger,

@@ -75,7 +75,7 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
     and, as far as the predictions hold, do not delay the head. Without this, one large job
     at the head of the queue (often one promoted by aging) holds every smaller one back
     while the running set drains, and batches shrink exactly when the queue is longest."""
-    context = head.num_prompt_tokens + head.num_generated_tokens
+    context = head.num_context_tokens
     until = {}
     for lane in lanes.values():
         if lane.memory_bound and lane.free_slots > 0:
@@ -88,7 +88,7 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
         if job is head:
             continue
         service, tokens = policy.service_s(job), footprint(job)
-        job_context = job.num_prompt_tokens + job.num_generated_tokens
+        job_context = job.num_context_tokens
         for name, head_starts in until.items():
             lane = lanes[name]
             if service <= head_starts and lane.free_slots > 0 and lane.fits(tokens, job_context):
@@ -102,7 +102,7 @@ def lane_that_fits(job: Job, lane: Lane, kv_tokens: float, lanes: Sequence[Lane]
     """`lane` if the job's KV footprint fits there now (memory admission; always by count
     only); else the policy's choice among the other lanes with a free slot where it fits;
     None when it fits nowhere yet."""
-    context = job.num_prompt_tokens + job.num_generated_tokens
+    context = job.num_context_tokens
     if lane.fits(kv_tokens, context):
         return lane
     others = {other.name: other for other in lanes
@@ -137,22 +137,39 @@ def preemptible(ctx: DispatchContext, limit: int | None) -> tuple[int, list[Job]
     return pending, eligible
 
 
-def for_promoted(ctx: DispatchContext, policy: Policy) -> Iterator[Job]:
-    """Jobs past their wait bound that found no free slot each replace the running job with
-    the most predicted work left, if that is more than their own: the bound holds even when
-    long jobs hold every slot."""
+def for_promoted(ctx: DispatchContext, policy: Policy, lanes: Mapping[str, Lane],
+                 footprint: Callable[[Job], float]) -> Iterator[Job]:
+    """Jobs past their wait bound that found no room each replace the running job with the
+    most predicted work left, if that is more than their own and its leaving makes room for
+    them (_makes_room): the bound holds even when long jobs hold every slot. A running job
+    whose leaving would not let the promoted one start is not stopped: backfill would start
+    another in its room and the next round stop that one, round after round."""
     pending, eligible = preemptible(ctx, policy.max_preemptions)
     if not eligible:
         return
     service = policy.service_s
     for candidate in ctx.waiting.promoted(ctx.now, pending + len(eligible))[pending:]:
-        victim = max(eligible, key=service)
-        if service(victim) <= service(candidate):
+        own, tokens = service(candidate), footprint(candidate)
+        room = [job for job in eligible if service(job) > own
+                and _makes_room(job, lanes.get(job.executor_name or ""), tokens,
+                                candidate.num_context_tokens)]
+        if not room:
             return
+        victim = max(room, key=service)
         eligible.remove(victim)
         yield victim
         if not eligible:
             return
+
+
+def _makes_room(victim: Job, lane: Lane | None, kv_tokens: float, context_tokens: int) -> bool:
+    """Whether a job of this KV footprint fits on the victim's lane once the victim and the
+    jobs already being preempted there have left (by count only: a slot frees)."""
+    if lane is None:
+        return False
+    leaving = frozenset(job.job_id for job in lane.running.values()
+                        if job is victim or job.stop_request == StopRequest.PREEMPT)
+    return lane.fits(kv_tokens, context_tokens, leaving)
 
 
 def by_policy(ctx: DispatchContext, policy: Policy) -> Iterator[Job]:

@@ -79,7 +79,7 @@ class Estimates:
         return self.typical.seconds(self.policy.cost, self.policy.batch_hint)
 
     def observe_arrival(self, job: Job) -> None:
-        context = job.num_prompt_tokens + job.num_generated_tokens
+        context = job.num_context_tokens
         self.typical.observe(context, self.policy.remaining_tokens(job))
 
     def wait_bound(self) -> WaitBound | None:

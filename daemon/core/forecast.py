@@ -160,7 +160,7 @@ class Forecaster:
     def _wait_behind(self, job: Job, ahead: Sequence[Job]) -> float:
         """Seconds until `job` would start behind `ahead`: when they have started, and no
         sooner than its KV fits beside them."""
-        context = job.num_prompt_tokens + job.num_generated_tokens
+        context = job.num_context_tokens
         return max(self._start_in(ahead),
                    self._fits_in(self.estimates.footprint(job), context, ahead))
 
@@ -176,7 +176,7 @@ class Forecaster:
         estimates = self.estimates
         policy, footprint, left = estimates.policy, estimates.footprint, estimates.left_tokens
         serving = [lane for lane in (lanes or self.lanes) if lane.down_reason is None]
-        first = [(other.num_prompt_tokens + other.num_generated_tokens, footprint(other))
+        first = [(other.num_context_tokens, footprint(other))
                  for other in ahead[:MEMORY_AHEAD]]
         return min((admission.seconds_until_fits(
             lane.capacity, lane.kv, slo.running_ends(lane, policy, left), tokens, context,

@@ -164,6 +164,11 @@ class Job:
         return len(self.generated_token_ids)
 
     @property
+    def num_context_tokens(self) -> int:
+        """Prompt + generated: the KV the job holds while it runs."""
+        return len(self.prompt_token_ids) + len(self.generated_token_ids)
+
+    @property
     def num_remaining_budget_tokens(self) -> int:
         """Tokens the job may still generate under its max_tokens."""
         return self.sampling.max_tokens - self.num_generated_tokens

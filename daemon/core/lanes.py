@@ -86,11 +86,13 @@ class Lane:
         return (self.memory_bound and self.capacity is not None and bool(self.running)
                 and self.kv.peak_blocks() >= self.capacity.kv_blocks)
 
-    def fits(self, kv_tokens: float, context_tokens: int = 0) -> bool:
+    def fits(self, kv_tokens: float, context_tokens: int = 0,
+             without: frozenset[str] = frozenset()) -> bool:
         """Whether a job with this KV footprint (`context_tokens` of it its context now)
-        may join now (always, by count only)."""
+        may join now, or once the running jobs named in `without` have left (always, by
+        count only)."""
         return not self.memory_bound or admission.fits(
-            self.capacity, self.kv, len(self.running), kv_tokens, context_tokens)
+            self.capacity, self.kv, len(self.running), kv_tokens, context_tokens, without)
 
     def engine_changed(self, event: EngineDown | EngineUp | EngineFailed | Capacity,
                        fixed_running: int | None) -> None:
@@ -139,7 +141,7 @@ class Lane:
         """One step's tokens for a running job; its context before them is returned."""
         if job.first_token_time is None:
             job.first_token_time = time
-        context = job.num_prompt_tokens + job.num_generated_tokens
+        context = job.num_context_tokens
         job.generated_token_ids.extend(token_ids)
         self.work.update(job)
         self.kv.grow(job.job_id, context + len(token_ids))
@@ -148,7 +150,7 @@ class Lane:
     def admit(self, job: Job, kv_tokens: float = 0.0) -> None:
         self.running[job.job_id] = job
         self.work.add(job)
-        self.kv.reserve(job.job_id, kv_tokens, job.num_prompt_tokens + job.num_generated_tokens)
+        self.kv.reserve(job.job_id, kv_tokens, job.num_context_tokens)
 
     def release(self, job_id: str) -> Job | None:
         """Take a job out (it stopped); None if it is not here (a stale report). A lane

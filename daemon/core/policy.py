@@ -109,7 +109,7 @@ class Policy:
         prefill of its context, then its remaining decode steps. The core bounds each job's
         wait relative to this (the same value whether it runs or waits, so a deadline only
         moves with a new prediction)."""
-        context = job.num_prompt_tokens + job.num_generated_tokens
+        context = job.num_context_tokens
         return self.cost.wall_s(context, context, self.remaining_tokens(job), self.batch_hint)
 
     def own_wait_s(self, job: Job) -> float:

@@ -298,7 +298,8 @@ class Scheduler:
         if started and self.forecast.counts_overtakes:
             self.waiting.overtaken(started)
         if self.config.aging.preempt and len(self.waiting):
-            for victim in decisions.for_promoted(ctx, self.policy):
+            for victim in decisions.for_promoted(ctx, self.policy, self._by_name,
+                                                   self.estimates.footprint):
                 self._preempt(victim, ctx)
         if self.policy.preemptive and len(self.waiting):
             for victim in decisions.by_policy(ctx, self.policy):

@@ -90,7 +90,7 @@ def slot_free_times(lanes: Iterable[Lane], policy: Policy, slots_of: dict[str, i
 def running_left_s(job: Job, policy: Policy, batch: int, left: Left) -> float:
     """A running job's predicted seconds to its last token (`left`: its tokens still to
     come, Estimates.left_tokens), in a batch of `batch`."""
-    context = job.num_prompt_tokens + job.num_generated_tokens
+    context = job.num_context_tokens
     return policy.cost.wall_s(0, context, left(job), batch)
 
 

@@ -22,7 +22,7 @@ from daemon.core.job import Job
 def job_work(job: Job) -> tuple[float, float]:
     """(predicted remaining tokens, context tokens their decode steps read) of one job."""
     out = job.predicted_remaining_tokens
-    return out, context_reads(job.num_prompt_tokens + job.num_generated_tokens, out)
+    return out, context_reads(job.num_context_tokens, out)
 
 
 class RunningWork:

@@ -132,7 +132,7 @@ def _clock_families(lanes: Sequence[Lane]) -> Iterator[GaugeMetricFamily | Count
         clock = lane.clock
         for term, value in zip(TERMS, clock.cost.vector(), strict=True):
             coefficient.add_metric([lane.name, term], value)
-        context = sum(job.num_prompt_tokens + job.num_generated_tokens
+        context = sum(job.num_context_tokens
                       for job in lane.running.values())
         step.add_metric([lane.name], clock.decode_step_s(max(len(lane.running), 1), context))
         samples.add_metric([lane.name], clock.samples)

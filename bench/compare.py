@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import msgspec
@@ -20,6 +21,7 @@ import msgspec
 from bench import workload
 from bench.client import ClientOptions
 from bench.hostload import CpuMeter, CpuShare
+from bench.learned import Sampler
 from bench.metrics import (
     HEADLINE,
     RequestResult,
@@ -48,8 +50,10 @@ class RunRecord(msgspec.Struct, kw_only=True):
     # vllm:num_preemptions_total) and lengthwise's policy preemptions (0 for vLLM).
     engine_preemptions: float = 0.0
     policy_preemptions: float = 0.0
-    # lengthwise: the cost profile its clock had learned by the run's end (a file under
-    # OUT/learned/), which `python -m bench.validate` simulates the run on.
+    # lengthwise: the cost profile its clock learned over the run (the mean of snapshots
+    # taken every few seconds: bench/learned.py; a file under OUT/learned/, beside
+    # STEM-end.json, the clock at the run's end), which `python -m bench.validate` simulates
+    # the run on.
     learned_profile: str = ""
 
 
@@ -169,12 +173,13 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
                                            headers=client.slo_headers(args))
             started, meter = time.perf_counter(), CpuMeter(server.proc.pid)
             before = server.preemptions()
-            results = _drive(server, args, rate, opts, out / "vllm-client",
-                             f"{system.label}-{rate:g}-{repeat}")
+            with _clock_sampler(server, system) as sampler:
+                results = _drive(server, args, rate, opts, out / "vllm-client",
+                                 f"{system.label}-{rate:g}-{repeat}")
             cpu = meter.stop()
             engine_pre, policy_pre = (a - b for a, b in zip(server.preemptions(), before,
                                                               strict=True))
-            learned = _snapshot_clock(server, system, out / "learned", f"{rate:g}-{repeat}")
+            learned = _save_clock(sampler, out / "learned", f"{system.label}-{rate:g}-{repeat}")
             summary = summarize(results, args.slo_ttft, args.slo_tpot)
             records.append(RunRecord(system=system.spec, rate=rate, summary=summary,
                                      requests=results, wall_s=time.perf_counter() - started,
@@ -200,20 +205,31 @@ def _refusal_times(summary: Summary) -> str:
             f"{summary.p99_refusal_s * 1000:.0f} ms p99")
 
 
-def _snapshot_clock(server: Server, system: System, folder: Path, tag: str) -> str:
-    """The learned clock of a lengthwise server as a cost profile file ("" for vLLM)."""
+def _clock_sampler(server: Server, system: System) -> AbstractContextManager[Sampler | None]:
+    """Samples a lengthwise server's learned clock during a run (bench/learned.py)."""
     if system.kind != "lengthwise":
+        return nullcontext()
+    return Sampler(server.base_url, "")
+
+
+def _save_clock(sampler: Sampler | None, folder: Path, stem: str) -> str:
+    """The learned clock of a lengthwise run as cost profile files: STEM.json, the mean over
+    the run, which `python -m bench.validate` simulates the run on, and STEM-end.json, the
+    clock at its end. "" for vLLM, or when nothing was learned."""
+    if sampler is None:
         return ""
-    from bench import costfile, learned
+    from bench import costfile
 
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{system.label}-{tag}.json"
     try:
-        costfile.save(learned.fetch(server.base_url, path.stem), path)
-    except ValueError as exc:  # nothing learned
+        mean = sampler.profile()
+    except ValueError as exc:
         print(f"no learned clock: {exc}", flush=True)
         return ""
-    return str(path)
+    costfile.save(msgspec.structs.replace(mean, name=stem), folder / f"{stem}.json")
+    costfile.save(msgspec.structs.replace(sampler.snapshots[-1], name=f"{stem}-end"),
+                  folder / f"{stem}-end.json")
+    return str(folder / f"{stem}.json")
 
 
 def _drive(server: Server, args: argparse.Namespace, rate: float, opts: ClientOptions,

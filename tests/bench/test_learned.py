@@ -4,12 +4,16 @@ the simulator running on it."""
 from __future__ import annotations
 
 import asyncio
+import statistics
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from bench import costfile
-from bench.learned import profile_from_metrics
+from bench.learned import Sampler, profile_from_metrics
 from bench.profile import main
 from bench.sim import SimOptions, simulate
 from bench.sim.overrides import build_config
@@ -74,3 +78,46 @@ def test_nothing_learned_yet_is_refused_and_model_or_learned_is_required() -> No
         profile_from_metrics('lengthwise_step_samples_total{executor="a"} 0.0\n', "x")
     with pytest.raises(SystemExit):
         main(["--out", "unused.json"])
+
+
+def _clock_text(decode_base_s: float, samples: int) -> str:
+    """/metrics as a daemon whose clock learned these coefficients from `samples` steps."""
+    lines = [f'lengthwise_step_coefficient_seconds{{executor="e0",term="{term}"}} '
+             f'{decode_base_s if term == "decode_base_s" else 1e-6}' for term in TERMS]
+    return "\n".join([*lines, f'lengthwise_step_samples_total{{executor="e0"}} {samples}',
+                      "lengthwise_max_running 4", ""])
+
+
+def test_a_run_is_simulated_on_its_clock_over_the_run_not_at_its_end() -> None:
+    """Sampler fetches the learned clock every period while the run goes and once at its
+    end: the profile is their mean. A fetch before anything was learned counts for none."""
+    fetched: list[int] = []
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # the k-th fetch: a clock of (k x 2 ms) decode steps
+            fetched.append(len(fetched))
+            body = _clock_text(0.002 * len(fetched), samples=len(fetched) - 1).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with Sampler(f"http://127.0.0.1:{server.server_port}", "run", period_s=0.05) as sampler:
+            while len(fetched) < 4:
+                time.sleep(0.01)
+    finally:
+        server.shutdown()
+        server.server_close()
+    taken = [p.sim.decode_base_s for p in sampler.snapshots]
+    assert len(taken) == len(fetched) - 1 >= 4  # the first fetch had learned nothing
+    assert taken == pytest.approx([0.002 * k for k in range(2, len(fetched) + 1)])
+    assert sampler.profile().sim.decode_base_s == pytest.approx(statistics.fmean(taken))
+    assert "mean of" in sampler.profile().source
+    with pytest.raises(ValueError, match="no learned clock"):
+        Sampler("http://127.0.0.1:9", "none").profile()

@@ -93,6 +93,9 @@ def test_bench_compare_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
     for run in results.runs:
         assert run.summary.n_completed == 6 and run.summary.n_failed == 0
         assert run.cpu is not None and run.cpu.server_cores > 0
+        # the clock learned over the run, and at its end (bench/learned.py)
+        assert Path(run.learned_profile).is_file()
+        assert Path(run.learned_profile.removesuffix(".json") + "-end.json").is_file()
     assert len(results.startup_s["lengthwise:fcfs"]) == 2
     assert all(s > 0 for s in results.startup_s["lengthwise:fcfs"])
     assert [(a.rate, a.repeats) for a in results.aggregates] == [(20.0, 2)]

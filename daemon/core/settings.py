@@ -42,8 +42,9 @@ class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     promote_after_s: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     # Seconds every job may wait before its bound applies (a floor, <= promote_after_s).
     min_wait_s: Annotated[float, _NonNegative, BENCH_KNOB] = 0.0
-    # A promoted job that finds no free slot preempts the running job with the most
-    # predicted work left (if that is more than its own), for every policy.
+    # A promoted job that finds no room (no free slot; under memory admission, no room for
+    # its KV) preempts the running job with the most predicted work left (if that is more
+    # than its own) among those whose leaving lets it start, for every policy.
     preempt: Annotated[bool, BENCH_KNOB] = True
     # Before launching the policy's pick, check that no waiting job would then miss its
     # bound that it meets if jobs start in deadline order (the first 64 deadlines); if one

@@ -152,10 +152,10 @@ async def test_aging_bounds_follow_the_learned_clock() -> None:
 
 def _feed(clock: StepClock, truth: CostModel, rng: np.random.Generator, steps: int,
           noise: float = 0.0, batch_range: tuple[int, int] = (1, 9),
-          outlier_every: int = 0, skew: float = 0.0) -> None:
+          outlier_every: int = 0, skew: float = 0.0, prefill_skew: float = 0.0) -> None:
     """Steps of random batches (each job appears in two steps in a row), timed by truth;
     `skew`: each step x a lognormal factor of mean 1 (many steps a little fast, a few
-    much slower, as on a shared CPU)."""
+    much slower, as on a shared CPU); `prefill_skew`: only the steps with a prefill."""
     now, ids = 0.0, 0
     for i in range(steps):
         batch = int(rng.integers(*batch_range))
@@ -168,7 +168,8 @@ def _feed(clock: StepClock, truth: CostModel, rng: np.random.Generator, steps: i
             ids += batch
         dt = truth.step_s(prefill, batch, float(contexts.sum()))
         dt *= 1 + noise * rng.standard_normal()
-        dt *= rng.lognormal(-skew * skew / 2, skew) if skew else 1.0
+        spread = prefill_skew if prefill else skew
+        dt *= rng.lognormal(-spread * spread / 2, spread) if spread else 1.0
         if outlier_every and i % outlier_every == outlier_every - 1:
             dt += 0.2  # a GC pause, a late loop
         now += dt
@@ -192,6 +193,16 @@ def test_skewed_step_times_are_learned_at_their_mean() -> None:
     for batch, context in ((2, 500), (8, 4000)):
         want = TRUTH.step_s(0, batch, context)
         assert clock.decode_step_s(batch, context) == pytest.approx(want, rel=0.06)
+
+
+def test_noisy_prefills_do_not_bias_the_decode_steps() -> None:
+    """Only the steps with a prefill are noisy (skewed slow): the scale that makes the kept
+    steps add up does not spill their noise onto the plain decode steps, exactly timed."""
+    clock = StepClock(CostModel())
+    _feed(clock, TRUTH, np.random.default_rng(5), 1000, prefill_skew=0.6)
+    for batch, context in ((2, 500), (8, 4000)):
+        want = TRUTH.step_s(0, batch, context)
+        assert clock.decode_step_s(batch, context) == pytest.approx(want, rel=0.03)
 
 
 def test_terms_the_traffic_never_varies_keep_the_priors_split() -> None:

@@ -149,26 +149,34 @@ def for_promoted(ctx: DispatchContext, policy: Policy, lanes: Mapping[str, Lane]
         return
     service = policy.service_s
     for candidate in ctx.waiting.promoted(ctx.now, pending + len(eligible))[pending:]:
-        own, tokens = service(candidate), footprint(candidate)
-        room = [job for job in eligible if service(job) > own
-                and _makes_room(job, lanes.get(job.executor_name or ""), tokens,
-                                candidate.num_context_tokens)]
-        if not room:
+        own, tokens, context = service(candidate), footprint(candidate), candidate.num_context_tokens
+        longer = sorted((job for job in eligible if service(job) > own), key=service,
+                        reverse=True)
+        # A lane where even all of them leaving would not make room has no victim (one
+        # projection per lane, instead of one per job, in the common case under overload).
+        hopeless = {name for name in {job.executor_name for job in longer}
+                    if not _makes_room([job for job in longer if job.executor_name == name],
+                                       lanes.get(name or ""), tokens, context)}
+        victim = next((job for job in longer if job.executor_name not in hopeless
+                       and _makes_room([job], lanes.get(job.executor_name or ""), tokens,
+                                       context)), None)
+        if victim is None:
             return
-        victim = max(room, key=service)
         eligible.remove(victim)
         yield victim
         if not eligible:
             return
 
 
-def _makes_room(victim: Job, lane: Lane | None, kv_tokens: float, context_tokens: int) -> bool:
-    """Whether a job of this KV footprint fits on the victim's lane once the victim and the
-    jobs already being preempted there have left (by count only: a slot frees)."""
+def _makes_room(victims: Sequence[Job], lane: Lane | None, kv_tokens: float,
+                context_tokens: int) -> bool:
+    """Whether a job of this KV footprint fits on the victims' lane once they and the jobs
+    already being preempted there have left (by count only: a slot frees)."""
     if lane is None:
         return False
+    named = {job.job_id for job in victims}
     leaving = frozenset(job.job_id for job in lane.running.values()
-                        if job is victim or job.stop_request == StopRequest.PREEMPT)
+                        if job.job_id in named or job.stop_request == StopRequest.PREEMPT)
     return lane.fits(kv_tokens, context_tokens, leaving)
 
 

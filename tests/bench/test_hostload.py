@@ -10,10 +10,11 @@ import time
 
 from bench.hostload import CpuMeter
 
+# A spinner burns one core for at most 30 s: a test run killed before its cleanup (Ctrl-C
+# twice, a CI timeout) must not leave it burning the machine (one did, for 20 min).
+_SPIN = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
 # A parent that sleeps and a child that spins: the "server" tree burns one core in a child.
-_TREE = ("import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', "
-         "'while True: pass']); c.wait()")
-_SPIN = "while True: pass"
+_TREE = f"import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', {_SPIN!r}]); c.wait()"
 
 
 def test_meter_splits_server_client_and_other() -> None:

@@ -148,10 +148,12 @@ def for_promoted(ctx: DispatchContext, policy: Policy, lanes: Mapping[str, Lane]
     if not eligible:
         return
     service = policy.service_s
-    for candidate in ctx.waiting.promoted(ctx.now, pending + len(eligible))[pending:]:
+    work = {job.job_id: service(job) for job in eligible}  # once per round, not per candidate
+    candidates = ctx.waiting.promoted(ctx.now, pending + len(eligible))[pending:]
+    eligible.sort(key=lambda job: work[job.job_id], reverse=True)  # most work left first
+    for candidate in candidates:
         own, tokens, context = service(candidate), footprint(candidate), candidate.num_context_tokens
-        longer = sorted((job for job in eligible if service(job) > own), key=service,
-                        reverse=True)
+        longer = [job for job in eligible if work[job.job_id] > own]
         # A lane where even all of them leaving would not make room has no victim (one
         # projection per lane, instead of one per job, in the common case under overload).
         hopeless = {name for name in {job.executor_name for job in longer}

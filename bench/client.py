@@ -19,6 +19,7 @@ import msgspec
 
 from bench.metrics import RequestResult
 from bench.workload import Request
+from daemon.core.job import Slo
 
 
 class ClientOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,6 +47,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--send-slo", action="store_true",
                    help="send --slo-ttft / --slo-tpot with every request as llm-d's headers "
                         "(x-llm-d-slo-ttft-ms, x-llm-d-slo-tpot-ms), to every system")
+
+
+def sent_slo(args: argparse.Namespace) -> Slo | None:
+    """The objective --send-slo gives every request (the headers' values); None without."""
+    if not getattr(args, "send_slo", False):
+        return None
+    return Slo(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
 
 
 def slo_headers(args: argparse.Namespace) -> dict[str, str]:

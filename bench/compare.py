@@ -32,6 +32,7 @@ from bench.metrics import (
     summarize,
 )
 from bench.servers import Server, Settings, System, parse_system
+from daemon.core.job import Slo
 
 WARM_UP_REQUESTS, WARM_UP_RATE = 8, 50.0  # a short burst before the measured rates
 BACKLOG_RATE = 1e6  # our client's stand-in for "every request at once"
@@ -85,6 +86,7 @@ class CompareResults(msgspec.Struct, kw_only=True):
     max_running: str = "auto"  # lengthwise's [scheduler] max_running
     kv_blocks: int = 0  # num_gpu_blocks_override of every engine (0: sized by vLLM)
     aggregates: list[Aggregate] = []
+    slo: Slo | None = None  # the objective every request carried (--send-slo)
 
 
 def salt(k: int) -> str:
@@ -264,6 +266,7 @@ def measure_capacity(settings: Settings, args: argparse.Namespace, out: Path) ->
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from bench import client
     from bench.plots import plot_all
     from bench.report import markdown_table, ratio_table
 
@@ -283,7 +286,7 @@ def run_compare(args: argparse.Namespace) -> int:
                              workload=spec, natural=args.natural, startup_s={}, runs=[],
                              sample=workload.sample_label(spec), repeats=args.repeats,
                              client=args.client, max_running=args.max_running,
-                             kv_blocks=args.kv_blocks)
+                             kv_blocks=args.kv_blocks, slo=client.sent_slo(args))
     if args.load:
         results.capacity_rps = measure_capacity(settings, args, out)
         rates = [round(float(x) * results.capacity_rps, 3) for x in args.load.split(",") if x]

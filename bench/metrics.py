@@ -16,9 +16,16 @@ class RequestResult(msgspec.Struct, kw_only=True):
     prompt_tokens: int
     output_tokens: int  # tokens actually received
     ok: bool
-    ttft_s: float = math.nan  # arrival -> first output token
-    jct_s: float = math.nan  # arrival -> last output token (failed: -> the error, if known)
+    # JSON writes nan as null; read back, null is nan again (__post_init__): always a float.
+    ttft_s: float | None = math.nan  # arrival -> first output token
+    jct_s: float | None = math.nan  # arrival -> last output token (failed: -> the error)
     error: str = ""
+
+    def __post_init__(self) -> None:
+        if self.ttft_s is None:
+            self.ttft_s = math.nan
+        if self.jct_s is None:
+            self.jct_s = math.nan
 
     @property
     def finish_s(self) -> float:

@@ -14,7 +14,9 @@ replays the first run at each rate as each of these systems instead, `--clock-sc
 slows every step of the profile (near capacity a few per cent of engine speed is a factor
 in latency: docs/benchmarks.md), and `--load 1.5` sends the same requests 1.5x as fast
 (a run at capacity replayed in overload; the real columns stay the run's own). The table
-gives the simulated engine's preemptions beside the real ones.
+gives the simulated engine's preemptions beside the real ones. A run whose requests carried an
+objective (`compare --send-slo`) is replayed with it: the simulated core refuses as the
+daemon does, and the table adds the requests refused and the goodput, real and simulated.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from bench.compare import CompareResults
 from bench.metrics import summarize
 from bench.sim import SimOptions, predictions, simulate
 from bench.sim.overrides import build_config, build_sim, split_sim
+from daemon.core.job import Slo
 
 
 class Row(msgspec.Struct, kw_only=True):
@@ -43,6 +46,10 @@ class Row(msgspec.Struct, kw_only=True):
     sim_preemptions: int = 0
     real_jct: list[float] = msgspec.field(default_factory=list)  # per request, for the plot
     sim_jct: list[float] = msgspec.field(default_factory=list)
+    # Runs whose requests carried an objective (--send-slo): requests refused, and goodput
+    # (requests meeting it per second), real and simulated; None without one.
+    refused: tuple[int, int] | None = None
+    goodput: tuple[float, float] | None = None
 
     @property
     def mean_error(self) -> float:
@@ -137,30 +144,44 @@ def validate(results: CompareResults, profile: costfile.Profile | None,
             continue
         used = slowed(profile or costfile.load(run.learned_profile), clock_scale)
         opts = SimOptions(config=config, sim=build_sim(used.sim, sim_sets),
-                          natural=results.natural, max_model_len=spec.max_model_len)
+                          natural=results.natural, max_model_len=spec.max_model_len,
+                          slo=results.slo)
         estimates = predictions(requests, _predictor_for(policy, predictor), spec.seed,
                                 config.scheduler.admission_quantile)
         outcome = simulate(requests, estimates, opts)
         simulated = outcome.results
-        sim = summarize(simulated)
+        slo = results.slo or Slo()
+        sim = summarize(simulated, slo.ttft_s, slo.tpot_s)
+        real = summarize(run.requests, slo.ttft_s, slo.tpot_s)
         rows.append(Row(system=run.system, rate=run.rate * load,
                         real_mean_jct=run.summary.mean_jct,
                         sim_mean_jct=sim.mean_jct, real_p99_jct=run.summary.p99_jct,
                         sim_p99_jct=sim.p99_jct, real_preemptions=run.engine_preemptions,
                         sim_preemptions=outcome.engine_preemptions,
                         real_jct=[q.jct_s for q in run.requests if q.ok],
-                        sim_jct=[q.jct_s for q in simulated if q.ok]))
+                        sim_jct=[q.jct_s for q in simulated if q.ok],
+                        refused=None if results.slo is None else (real.n_failed, sim.n_failed),
+                        goodput=None if results.slo is None else (real.goodput_rps,
+                                                                  sim.goodput_rps)))
     return rows
 
 
 def table(rows: list[Row]) -> str:
-    lines = [("| system | rate | real mean JCT (s) | sim mean JCT (s) | error | real p99 (s) "
-             "| sim p99 (s) | error | engine preemptions: real | sim |"), "|---" * 10 + "|"]
+    slo = any(r.refused is not None for r in rows)
+    head = ("| system | rate | real mean JCT (s) | sim mean JCT (s) | error | real p99 (s) "
+            "| sim p99 (s) | error | engine preemptions: real | sim |")
+    if slo:
+        head += " refused: real | sim | goodput (req/s): real | sim |"
+    lines = [head, "|---" * head.count(" | ") + "|---|"]
     for r in rows:
         real = "-" if r.real_preemptions is None else f"{r.real_preemptions:g}"
-        lines.append(f"| {r.system} | {r.rate:g} | {r.real_mean_jct:.2f} | {r.sim_mean_jct:.2f} "
-                     f"| {r.mean_error:+.1%} | {r.real_p99_jct:.2f} | {r.sim_p99_jct:.2f} "
-                     f"| {r.p99_error:+.1%} | {real} | {r.sim_preemptions} |")
+        line = (f"| {r.system} | {r.rate:g} | {r.real_mean_jct:.2f} | {r.sim_mean_jct:.2f} "
+                f"| {r.mean_error:+.1%} | {r.real_p99_jct:.2f} | {r.sim_p99_jct:.2f} "
+                f"| {r.p99_error:+.1%} | {real} | {r.sim_preemptions} |")
+        if slo:
+            refused, goodput = r.refused or (0, 0), r.goodput or (0.0, 0.0)
+            line += (f" {refused[0]} | {refused[1]} | {goodput[0]:.2f} | {goodput[1]:.2f} |")
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

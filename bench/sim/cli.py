@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-from bench import costfile, workload
+from bench import client, costfile, workload
 from bench.metrics import summarize, to_json
 from bench.sim.overhead import burst_size, measure_overhead, overhead_table
 from bench.sim.overrides import build_config, build_sim, split_sim
@@ -89,7 +89,8 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
 def sim_options(args: argparse.Namespace, config: Config) -> SimOptions:
     return SimOptions(config=config, sim=sim_from_args(args, config), executors=args.executors,
                       natural=args.natural, max_model_len=args.max_model_len,
-                      iterative=args.iterative, seed=args.seed)
+                      iterative=args.iterative, seed=args.seed,
+                      slo=client.sent_slo(args))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -98,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     add_sim_arguments(p)
     p.add_argument("--slo-ttft", type=float, default=None)
     p.add_argument("--slo-tpot", type=float, default=None)
+    p.add_argument("--send-slo", action="store_true",
+                   help="every request carries --slo-ttft/--slo-tpot as its objective (as "
+                   "llm-d's headers send it): the core refuses what it cannot serve in time")
     p.add_argument("--overhead", action="store_true",
                    help="also time decision rounds with 1,000 jobs waiting")
     p.add_argument("--json", action="store_true")

@@ -23,7 +23,8 @@ from bench.sim.router import make_route
 from daemon.config import Config
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Event
-from daemon.core.job import Job, JobStatus, SamplingSpec
+from daemon.core.job import Job, JobStatus, SamplingSpec, Slo
+from daemon.core.ports import QueueFull, SloUnreachable
 from daemon.core.scheduler import Scheduler
 from daemon.core.stream import OutputStream, Position
 from daemon.executors.settings import SimConfig
@@ -47,6 +48,9 @@ class SimOptions(msgspec.Struct, frozen=True, kw_only=True):
     # "" : one daemon runs all executors. Else one daemon per executor behind a router
     # placing each request on arrival by this score (bench/sim/router.py).
     router: str = ""
+    # Every request's latency objective (as llm-d's headers send it): the core admits,
+    # refuses and sheds by it as the daemon does; a refused request is a failed result.
+    slo: Slo | None = None
 
 
 class SimRun(msgspec.Struct, kw_only=True):
@@ -104,7 +108,7 @@ def make_job(req: workload.Request, predicted: Estimate, opts: SimOptions,
     return Job(job_id=f"req-{req.index}", prompt_token_ids=ids, sampling=sampling,
                arrival_time=now, predicted_output_tokens=predicted.tokens,
                predicted_upper_tokens=predicted.upper,
-               true_output_tokens=req.output_tokens)
+               true_output_tokens=req.output_tokens, slo=opts.slo)
 
 
 async def start_daemon(opts: SimOptions) -> SimDaemon:
@@ -158,18 +162,25 @@ async def _simulate(requests: Sequence[workload.Request], preds: Sequence[Estima
     for daemon in daemons:
         daemon.tasks.append(asyncio.create_task(daemon.scheduler.run(), name="core"))
     jobs: list[Job] = []
+    refused: dict[str, str] = {}  # job id -> why (the 429's reason)
     try:
         for req, pred in zip(requests, preds, strict=True):
             await asyncio.sleep(max(req.arrival_s - scheds[0].now(), 0.0))
             jobs.append(make_job(req, pred, opts, scheds[0].now()))
-            route(jobs[-1]).submit(jobs[-1], NullStream())
+            try:
+                route(jobs[-1]).submit(jobs[-1], NullStream())
+            except SloUnreachable as exc:
+                refused[jobs[-1].job_id] = f"refused: {exc.refusal.reason}"
+            except QueueFull:
+                refused[jobs[-1].job_id] = "refused: queue full"
         if not all(await asyncio.gather(*(sched.drain(1e9) for sched in scheds))):
             raise RuntimeError("jobs left after the horizon")
     finally:
         for daemon in daemons:
             await daemon.stop()
     stats = [lane.stats for sched in scheds for lane in sched.lanes]
-    return SimRun(results=[_result(req, job) for req, job in zip(requests, jobs, strict=True)],
+    return SimRun(results=[_result(req, job, refused.get(job.job_id))
+                           for req, job in zip(requests, jobs, strict=True)],
                   preemptions=sum(s.preemptions for s in stats),
                   engine_preemptions=sum(ex.engine_preemptions for daemon in daemons
                                          for ex in daemon.executors),
@@ -179,7 +190,11 @@ async def _simulate(requests: Sequence[workload.Request], preds: Sequence[Estima
                   cpu_s=time.process_time() - cpu, rounds=rounds)
 
 
-def _result(req: workload.Request, job: Job) -> RequestResult:
+def _result(req: workload.Request, job: Job, refused: str | None = None) -> RequestResult:
+    if refused is not None:
+        return RequestResult(index=req.index, arrival_s=job.arrival_time,
+                             prompt_tokens=req.prompt_tokens, output_tokens=0, ok=False,
+                             error=refused)
     ok = job.status is JobStatus.FINISHED and job.first_token_time is not None
     return RequestResult(
         index=req.index, arrival_s=job.arrival_time, prompt_tokens=req.prompt_tokens,

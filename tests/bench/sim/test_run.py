@@ -166,3 +166,47 @@ def test_budgets_keep_the_truth_from_predicted_policies() -> None:
     assert oracle < 0.5 * fcfs  # what the leak would have handed ssjf
     assert forced == pytest.approx(fcfs)
     assert natural == pytest.approx(fcfs)
+
+
+def test_objectives_are_admitted_as_the_daemon_does_and_replayed(tmp_path: Path) -> None:
+    """With an objective on every request, the simulated core refuses what it cannot serve
+    in time (a failed result, no tokens); a results file holding those refusals (null
+    TTFT and JCT in its JSON) is read back by bench.validate, which replays them with the
+    same objective and finds the same refusals and goodput."""
+    import msgspec
+
+    from bench import validate
+    from bench.compare import CompareResults, RunRecord
+    from bench.costfile import Profile
+    from bench.metrics import summarize
+    from daemon.config import SimConfig
+    from daemon.core.job import Slo
+
+    spec = WorkloadSpec(lengths=f"records:{_records(tmp_path, 40, 7)}", rate=200.0, num=40,
+                        seed=3)
+    reqs = build(spec)
+    slo = Slo(ttft_s=0.05, tpot_s=1.0)
+    outcome = simulate(reqs, predictions(reqs, "oracle", 3),
+                       _opts("oracle-sjf", max_running=2, slo=slo))
+    refused = [r for r in outcome.results if r.error.startswith("refused")]
+    served = [r for r in outcome.results if r.ok]
+    assert refused and served and len(refused) + len(served) == len(reqs)
+    assert all(r.output_tokens == 0 for r in refused)
+    # Without objectives the same burst is served whole, late.
+    plain = simulate(reqs, predictions(reqs, "oracle", 3), _opts("oracle-sjf", max_running=2))
+    assert all(r.ok for r in plain.results)
+
+    summary = summarize(outcome.results, slo.ttft_s, slo.tpot_s)
+    compare = CompareResults(
+        model="m", max_num_seqs=2, workload=spec, natural=False, startup_s={}, slo=slo,
+        runs=[RunRecord(system="lengthwise:oracle-sjf", rate=200.0, summary=summary,
+                        requests=outcome.results, wall_s=1.0)])
+    path = tmp_path / "results.json"
+    path.write_bytes(msgspec.json.encode(compare))
+    assert b"null" in path.read_bytes()
+    read = msgspec.json.decode(path.read_bytes(), type=CompareResults)
+    profile = Profile(name="p", source="test", max_num_seqs=2, sim=SimConfig())
+    (row,) = validate.validate(read, profile, "none")
+    assert row.refused == (len(refused), len(refused))
+    assert row.goodput == pytest.approx((summary.goodput_rps, summary.goodput_rps))
+    assert "refused: real | sim" in validate.table([row])

@@ -51,6 +51,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     # vllm:num_preemptions_total) and lengthwise's policy preemptions (0 for vLLM).
     engine_preemptions: float = 0.0
     policy_preemptions: float = 0.0
+    server_refused: float = 0.0  # requests the server answered 429 (lengthwise's /metrics)
     # lengthwise: the cost profile its clock learned over the run (the mean of snapshots
     # taken every few seconds: bench/learned.py; a file under OUT/learned/, beside
     # STEM-end.json, the clock at the run's end), which `python -m bench.validate` simulates
@@ -70,6 +71,7 @@ class Aggregate(msgspec.Struct, kw_only=True):
     requests: list[RequestResult] = []
     engine_preemptions: Spread | None = None  # median (min-max) over repetitions
     policy_preemptions: Spread | None = None
+    server_refused: Spread | None = None  # 429s as the server counted them
 
 
 class CompareResults(msgspec.Struct, kw_only=True):
@@ -112,7 +114,8 @@ def aggregate(runs: list[RunRecord]) -> list[Aggregate]:
                       spread={f: spread([r.summary for r in group], f) for f in HEADLINE},
                       requests=[q for r in group for q in r.requests],
                       engine_preemptions=_spread([r.engine_preemptions for r in group]),
-                      policy_preemptions=_spread([r.policy_preemptions for r in group]))
+                      policy_preemptions=_spread([r.policy_preemptions for r in group]),
+                      server_refused=_spread([r.server_refused for r in group]))
             for (system, rate), group in groups.items()]
 
 
@@ -174,29 +177,37 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
             opts = msgspec.structs.replace(opts, salt=salt(k),
                                            headers=client.slo_headers(args))
             started, meter = time.perf_counter(), CpuMeter(server.proc.pid)
-            before = server.preemptions()
+            before = server.counters()
             with _clock_sampler(server, system) as sampler:
                 results = _drive(server, args, rate, opts, out / "vllm-client",
                                  f"{system.label}-{rate:g}-{repeat}")
             cpu = meter.stop()
-            engine_pre, policy_pre = (a - b for a, b in zip(server.preemptions(), before,
-                                                              strict=True))
+            counted = server.counters() - before
+            engine_pre, policy_pre = counted.engine_preemptions, counted.policy_preemptions
             learned = _save_clock(sampler, out / "learned", f"{system.label}-{rate:g}-{repeat}")
             summary = summarize(results, args.slo_ttft, args.slo_tpot)
             records.append(RunRecord(system=system.spec, rate=rate, summary=summary,
                                      requests=results, wall_s=time.perf_counter() - started,
                                      cpu=cpu, repeat=repeat, engine_preemptions=engine_pre,
-                                     policy_preemptions=policy_pre, learned_profile=learned))
+                                     policy_preemptions=policy_pre, learned_profile=learned,
+                                     server_refused=counted.refused))
             print(f"{system.spec:>24} @ {rate:g} req/s #{repeat + 1}: mean JCT {summary.mean_jct:.2f} s, "
                   f"p99 {summary.p99_jct:.2f} s, TTFT {summary.mean_ttft:.2f} s, "
                   f"{summary.throughput_tps:.0f} tok/s, goodput {summary.goodput_rps:.2f} req/s, "
                   f"preemptions engine {engine_pre:g} policy {policy_pre:g}, "
-                  f"{summary.n_failed} failed ({summary.n_refused} x 429{_refusal_times(summary)}); "
+                  f"{summary.n_failed} failed ({summary.n_refused} x 429{_refusal_times(summary)}"
+                  f"{_server_refused(counted.refused, summary)}); "
                   f"{cpu.describe()}", flush=True)
             cpu.warn_if_contaminated("during this run")
     finally:
         server.stop()
     return startup, records
+
+
+def _server_refused(refused: float, summary: Summary) -> str:
+    """", the server refused 110" where the server counted 429s the client did not see as
+    such (vLLM's client records them without a reason)."""
+    return f", the server refused {refused:g}" if refused != summary.n_refused else ""
 
 
 def _refusal_times(summary: Summary) -> str:

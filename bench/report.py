@@ -46,7 +46,7 @@ def markdown_table(runs: Sequence[_Run], baseline: str = "vllm") -> str:
             f"| {_cell(r, 'p50_jct')} | {_f(s.p95_jct)} | {_cell(r, 'p99_jct')} "
             f"| {_cell(r, 'mean_ttft')} | {_cell(r, 'p50_ttft')} | {_cell(r, 'p99_ttft')} | {_f(s.mean_tpot * 1000, 1)} "
             f"| {_cell(r, 'throughput_rps')} | {_cell(r, 'throughput_tps', digits=0)} "
-            f"| {_f(s.norm_latency * 1000, 1)} | {_cell(r, 'goodput_rps')} | {s.n_refused} "
+            f"| {_f(s.norm_latency * 1000, 1)} | {_cell(r, 'goodput_rps')} | {_refused(r)} "
             f"| {rel} |")
     return "\n".join(lines) + "\n"
 
@@ -55,6 +55,15 @@ class _Spread(Protocol):
     median: float
     min: float
     max: float
+
+
+def _refused(run: _Run) -> str:
+    """429s: as the client saw them, or as the server counted them where it counted more
+    (vLLM's client records a 429 without a reason)."""
+    server = getattr(run, "server_refused", None)
+    if server is None or server.max <= run.summary.n_refused:
+        return f"{run.summary.n_refused}"
+    return _count(server)
 
 
 def _count(spread: _Spread | None) -> str:

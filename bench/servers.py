@@ -11,6 +11,7 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import msgspec
@@ -161,10 +162,24 @@ def environment(s: Settings) -> dict[str, str]:
     return env
 
 
-def _counter(text: str, name: str) -> float:
-    """Sum of a Prometheus counter's samples in a /metrics text (0 if absent)."""
+def _counter(text: str, name: str, **labels: str) -> float:
+    """Sum of a Prometheus counter's samples in a /metrics text (0 if absent), over the
+    samples carrying every one of `labels`."""
+    want = [f'{key}="{value}"' for key, value in labels.items()]
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name) and line[len(name)] in " {")
+               if line.startswith(name) and line[len(name)] in " {"
+               and all(label in line for label in want))
+
+
+class Counters(NamedTuple):
+    """A server's counters that a run's figures read (differences over the run)."""
+
+    engine_preemptions: float  # the engine's own (vLLM's vllm:num_preemptions_total)
+    policy_preemptions: float  # lengthwise's (0 for vLLM's server)
+    refused: float  # requests the server answered 429 (lengthwise; 0 for vLLM's server)
+
+    def __sub__(self, other: tuple[float, ...]) -> Counters:
+        return Counters(*(a - b for a, b in zip(self, other, strict=True)))
 
 
 class Server:
@@ -202,12 +217,14 @@ class Server:
             time.sleep(0.5)
         raise TimeoutError(f"server not ready after {self.timeout_s} s; see {self.log_path}")
 
-    def preemptions(self) -> tuple[float, float]:
-        """(the engine's own preemptions, vLLM's `vllm:num_preemptions_total`, which both
-        servers export; lengthwise's policy preemptions, 0 for vLLM's server) so far."""
+    def counters(self) -> Counters:
+        """The server's preemption and refusal counters so far (both servers export vLLM's
+        `vllm:num_preemptions_total`; the refusals are lengthwise's 429s, which vLLM's
+        client records without a reason, so only the server can count them)."""
         text = httpx.get(self.base_url + "/metrics", timeout=10).text
-        return _counter(text, "vllm:num_preemptions_total"), _counter(
-            text, "lengthwise_preemptions_total")
+        return Counters(_counter(text, "vllm:num_preemptions_total"),
+                        _counter(text, "lengthwise_preemptions_total"),
+                        _counter(text, "lengthwise_http_errors_total", status="429"))
 
     def stop(self, timeout_s: float = 60.0) -> None:
         if self.proc.poll() is None:

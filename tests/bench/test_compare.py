@@ -79,3 +79,16 @@ def test_counters_are_summed_over_their_labels() -> None:
     assert _counter(text, "vllm:num_preemptions_total") == 7.0
     assert _counter(text, "lengthwise_preemptions_total") == 2.0
     assert _counter(text, "absent_total") == 0.0
+    errors = ('lengthwise_http_errors_total{status="429",type="slo_unreachable"} 5.0\n'
+              'lengthwise_http_errors_total{status="429",type="queue_full"} 2.0\n'
+              'lengthwise_http_errors_total{status="400",type="invalid_request_error"} 9.0\n')
+    assert _counter(errors, "lengthwise_http_errors_total", status="429") == 7.0
+
+
+def test_the_table_counts_the_429s_the_server_saw_where_the_client_could_not() -> None:
+    """vLLM's client records a 429 without a reason: the table takes the server's count."""
+    runs = [_run("lengthwise:ssjf", k, 1.0) for k in range(3)]
+    for run, refused in zip(runs, (110.0, 100.0, 121.0), strict=True):
+        run.server_refused = refused
+    assert "| 110 (100–121) |" in markdown_table(aggregate(runs))
+    assert "| 0 |" in markdown_table(aggregate([_run("vllm", 0, 1.0)]))

@@ -58,9 +58,10 @@ def sent_slo(args: argparse.Namespace) -> Slo | None:
 
 def slo_headers(args: argparse.Namespace) -> dict[str, str]:
     """llm-d's SLO headers for --send-slo; {} without it."""
-    if not getattr(args, "send_slo", False):
+    slo = sent_slo(args)
+    if slo is None:
         return {}
-    pairs = (("x-llm-d-slo-ttft-ms", args.slo_ttft), ("x-llm-d-slo-tpot-ms", args.slo_tpot))
+    pairs = (("x-llm-d-slo-ttft-ms", slo.ttft_s), ("x-llm-d-slo-tpot-ms", slo.tpot_s))
     return {name: f"{value * 1000:g}" for name, value in pairs if value is not None}
 
 

@@ -150,9 +150,8 @@ def validate(results: CompareResults, profile: costfile.Profile | None,
                                 config.scheduler.admission_quantile)
         outcome = simulate(requests, estimates, opts)
         simulated = outcome.results
-        slo = results.slo or Slo()
+        slo = results.slo or Slo()  # run.summary was taken against the same objective
         sim = summarize(simulated, slo.ttft_s, slo.tpot_s)
-        real = summarize(run.requests, slo.ttft_s, slo.tpot_s)
         rows.append(Row(system=run.system, rate=run.rate * load,
                         real_mean_jct=run.summary.mean_jct,
                         sim_mean_jct=sim.mean_jct, real_p99_jct=run.summary.p99_jct,
@@ -160,8 +159,9 @@ def validate(results: CompareResults, profile: costfile.Profile | None,
                         sim_preemptions=outcome.engine_preemptions,
                         real_jct=[q.jct_s for q in run.requests if q.ok],
                         sim_jct=[q.jct_s for q in simulated if q.ok],
-                        refused=None if results.slo is None else (real.n_failed, sim.n_failed),
-                        goodput=None if results.slo is None else (real.goodput_rps,
+                        refused=None if results.slo is None else (run.summary.n_failed,
+                                                                  sim.n_failed),
+                        goodput=None if results.slo is None else (run.summary.goodput_rps,
                                                                   sim.goodput_rps)))
     return rows
 

@@ -60,7 +60,7 @@ class ServerConfig(_Section, frozen=True):
     port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8000
     # Largest accepted request body, bytes; bigger bodies get 413 before decoding.
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1)] = 4 * 1024 * 1024
-    # Seconds hypercorn waits for open connections after the drain has finished.
+    # Seconds the HTTP server waits for open connections after the drain has finished.
     graceful_timeout_s: Annotated[float, _NonNegative] = 5.0
     # File of API keys (format in daemon/apikeys.py), re-read on SIGHUP; "" = no keys:
     # every client is served (bind to a trusted network only).
@@ -69,7 +69,7 @@ class ServerConfig(_Section, frozen=True):
     # false leaves them open for probes and scrapers.
     protect_monitoring: bool = False
     # Listen backlog: connections the kernel queues before the daemon accepts them; a burst
-    # beyond it gets connection errors (hypercorn's default is 100). The kernel caps it at
+    # beyond it gets connection errors (some servers default to 100). The kernel caps it at
     # net.core.somaxconn.
     backlog: Annotated[int, msgspec.Meta(ge=1)] = 4096
     # Connections with a request in flight (streams too); more get 503 + Retry-After and

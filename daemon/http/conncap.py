@@ -1,8 +1,8 @@
 """A cap on open connections: ASGI middleware in front of the routes.
 
-hypercorn accepts every connection the listen backlog hands it. Each HTTP/1.1 connection
-carries one request at a time and an idle keep-alive connection is closed after hypercorn's
-keep-alive timeout (5 s), so what holds memory and file descriptors are connections with a
+The HTTP server (uvicorn) accepts every connection the listen backlog hands it. Each HTTP/1.1
+connection carries one request at a time and an idle keep-alive connection is closed after
+uvicorn's keep-alive timeout (5 s), so what holds memory and file descriptors are connections with a
 request in flight: SSE streams, bodies being read, waits for a slot. Beyond
 `server.max_connections` of those a new request gets 503 with Retry-After and
 `Connection: close` at once, before its body is read. /health and /metrics are not counted

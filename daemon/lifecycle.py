@@ -96,9 +96,9 @@ class Daemon:
             (server.host, server.port), backlog=server.backlog,
             family=socket.AF_INET6 if ":" in server.host else socket.AF_INET)
         http = _HttpServer(uvicorn.Config(
-            build_app(self.service), http="httptools", loop="none", backlog=server.backlog,
-            timeout_graceful_shutdown=math.ceil(server.graceful_timeout_s),
-            proxy_headers=False, log_config=None, access_log=False))
+            build_app(self.service), http="httptools", ws="none", loop="none",
+            backlog=server.backlog, proxy_headers=False, log_config=None, access_log=False,
+            timeout_graceful_shutdown=math.ceil(server.graceful_timeout_s)))
         stop = asyncio.ensure_future(self._http_stop.wait())
         stop.add_done_callback(lambda _: setattr(http, "should_exit", True))
         try:

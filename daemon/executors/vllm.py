@@ -2,7 +2,9 @@
 
 Preemption is abort + resume: the engine request is aborted at a token boundary, the job
 keeps its generated ids, and the next dispatch submits prompt + generated ids with the
-remaining budget. Each dispatch is one private task consuming one engine request's stream. With prefix caching on, the resumed prefill mostly hits cached blocks.
+remaining budget. With prefix caching on, the resumed prefill mostly hits cached blocks.
+Each dispatch is one engine request whose outputs vLLM's own output task hands to the
+executor (see "dispatches" below): no task per request reads them.
 What makes a resume exact: penalties count the carried tokens (vllm_penalties.py), stop
 strings are checked by the job's output stream over all its text (core/stream.py), seeded
 samples are never preempted (Job.resumes_exactly); the dispatch's SamplingParams and what
@@ -22,7 +24,6 @@ of service and replaces it with a fresh one (see base.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
@@ -105,7 +106,9 @@ class VLLMExecutor(Executor):
         self._decisions_dir: str | None = None
         self._kvstore_before = KVStoreTotals()  # totals of engines this executor replaced
         self._kvstore_now = KVStoreTotals()  # the current engine's, as last reported
-        self._tasks: dict[str, asyncio.Task[None]] = {}  # job id -> its dispatch's task
+        self._adding: dict[str, asyncio.Task[None]] = {}  # job id -> its request being added
+        self._requests: dict[str, _Request] = {}  # job id -> its live engine request
+        self._aborting: set[asyncio.Task[None]] = set()  # engine aborts under way
 
     @property
     def kvstore_active(self) -> bool:
@@ -225,6 +228,8 @@ class VLLMExecutor(Executor):
             pass
 
     async def _close_engine(self) -> None:
+        for task in self._aborting:  # the engine goes: its requests with it
+            task.cancel()
         building = self._building
         if self._engine is None and building is not None and not building.done():
             # Stopped while the engine loads: stop it as soon as it exists.
@@ -304,78 +309,157 @@ class VLLMExecutor(Executor):
         return False
 
     # ---- dispatches ---------------------------------------------------------------------
+    # A dispatch is one engine request. Its outputs are not read by a task of its own: the
+    # request's _Request stands in for vLLM's per-request output collector, so vLLM's output
+    # task hands each step's outputs straight to `_output`, which pushes them to the jobs'
+    # streams. That is one wake-up per engine step for the whole batch instead of one task
+    # switch per request per step (the HTTP response reading the stream is the only other).
 
     def _begin(self, run: Run) -> None:
-        task = asyncio.create_task(self._generate(run), name=f"{self.name}:{run.job_id}")
-        self._tasks[run.job_id] = task
-        task.add_done_callback(lambda done: self._tasks.pop(run.job_id, None)
-                               if self._tasks.get(run.job_id) is done else None)
+        task = asyncio.create_task(self._submit(run), name=f"{self.name}:{run.job_id}")
+        self._adding[run.job_id] = task
+        task.add_done_callback(lambda done: self._adding.pop(run.job_id, None)
+                               if self._adding.get(run.job_id) is done else None)
 
     def _halt(self, run: Run) -> None:
-        if run.stop is StopRequest.ABORT and (task := self._tasks.get(run.job_id)) is not None:
-            task.cancel()  # closing its stream aborts the request in vLLM at once
-        # a preemption ends at the next token boundary (_generate checks run.stop)
+        if run.stop is not StopRequest.ABORT:
+            return  # a preemption ends at the next token boundary (_output checks run.stop)
+        request = self._requests.get(run.job_id)
+        if request is not None:  # aborted in the engine at once
+            self._finish(request, None, abort=True)
+        # else still being added: _submit ends it as soon as the engine has it
 
     def _drop_runs(self) -> None:
-        for task in self._tasks.values():
+        """Engine down or shutdown: the engine is replaced or stopped right after, so its
+        requests are only forgotten, not aborted one by one."""
+        for task in self._adding.values():
             task.cancel()
-        self._tasks.clear()
+        self._adding.clear()
+        for request in self._requests.values():
+            request.done = True
+        self._requests.clear()
 
-    async def _generate(self, run: Run) -> None:
-        """One dispatch: stream the engine's outputs into the job's stream until the engine
-        finishes it, a stop string ends it or a Stop arrives; then report its end."""
-        launch = run.launch
-        reason: str | None = None
-        kv_offloaded = False
-        try:
-            reason, kv_offloaded = await self._stream(run)
-        except asyncio.CancelledError:  # aborted (Stop), engine down or shutdown
-            self._end_run(run, None)
-            raise
-        except Exception as exc:  # an engine error ends this job, never the daemon
-            if (why := self.engine_failure(exc)) is not None:
-                self._engine_failed(why)  # the task reports every run, this one too
-                return
-            log.exception("executor %s: job %s failed", self.name, launch.job_id)
-            self._end_run(run, None, error=f"engine error: {exc}")
-            return
-        self._end_run(run, reason, kv_offloaded=kv_offloaded)
-
-    async def _stream(self, run: Run) -> tuple[str | None, bool]:
-        """(the engine's finish reason or None when stopped early, KV offloaded)."""
+    async def _submit(self, run: Run) -> None:
+        """Add the dispatch's request to the engine and take over its outputs."""
         from vllm.inputs import TokensPrompt
 
         launch = run.launch
-        prompt = TokensPrompt(prompt_token_ids=launch.prompt_token_ids
-                              + launch.generated_token_ids)
         request_id = f"{launch.job_id}.{launch.dispatch}"
-        transfer = decisions.params(request_id) if self.kvstore_active else None
-        job_stream = launch.stream
-        wants_prompt_logprobs = job_stream.prompt_logprobs is None and \
+        wants_prompt_logprobs = launch.stream.prompt_logprobs is None and \
             launch.sampling.prompt_logprobs is not None
+        transfer = decisions.params(request_id) if self.kvstore_active else None
         params = vllm_params.for_launch(launch, wants_prompt_logprobs, transfer)
-        stream = self._engine.generate(prompt, params, request_id,
-                                       priority=launch.engine_priority)
-        first = True
-        async with contextlib.aclosing(stream):
-            async for out in stream:
-                if first:
-                    self._started(run, int(getattr(out, "num_cached_tokens", 0) or 0))
-                    first = False
-                if wants_prompt_logprobs and out.prompt_logprobs:
-                    job_stream.prompt_logprobs = (job_stream.prompt_logprobs or []) + \
-                        vllm_params.positions(out.prompt_logprobs)
-                completion = out.outputs[0]
-                logprobs = vllm_params.positions(completion.logprobs) \
-                    if completion.logprobs is not None else None
-                if self._emit(run, completion.text, list(completion.token_ids),
-                              logprobs):  # type: ignore[arg-type]  # no None positions
-                    return "stop", False  # a stop string (the job's stream checks them)
-                if completion.finish_reason is not None:
-                    if completion.stop_reason is not None:  # a stop token id
-                        job_stream.stop_reason = completion.stop_reason
-                    return str(completion.finish_reason), False
-                if run.stop is not None:
-                    # Closing the generator (aclosing) aborts the request inside vLLM.
-                    return None, self._mark_offload(run, request_id)
-        return None, False
+        request = _Request(self, run, request_id, wants_prompt_logprobs)
+        try:
+            collector = await self._engine.add_request(
+                request_id, TokensPrompt(prompt_token_ids=launch.prompt_token_ids
+                                         + launch.generated_token_ids),
+                params, priority=launch.engine_priority)
+        except asyncio.CancelledError:  # engine down or shutdown meanwhile
+            self._end_run(run, None)
+            raise
+        except Exception as exc:  # noqa: BLE001 - a refused request ends this job only
+            self._failed(request, exc)
+            return
+        self._requests[run.job_id] = request
+        # From here on vLLM's output task calls request.put; what it put in its own
+        # collector before (nothing, unless the engine was very quick) comes first.
+        state = self._engine.output_processor.request_states.get(collector.request_id)
+        if state is not None:
+            state.queue = request
+        try:
+            earlier = collector.get_nowait()
+        except Exception as exc:  # noqa: BLE001 - the collector holds the engine's error
+            earlier = exc
+        if earlier is not None:
+            request.put(earlier)
+        if run.stop is StopRequest.ABORT and not request.done:  # aborted while being added
+            self._finish(request, None, abort=True)
+
+    def _output(self, request: _Request, out: Any) -> None:
+        """One engine step's output for one request (called by vLLM's output task)."""
+        if isinstance(out, BaseException):
+            self._failed(request, out)
+            return
+        run, stream = request.run, request.run.launch.stream
+        if not request.started:
+            request.started = True
+            self._started(run, int(getattr(out, "num_cached_tokens", 0) or 0))
+        if request.wants_prompt_logprobs and out.prompt_logprobs:
+            stream.prompt_logprobs = (stream.prompt_logprobs or []) + \
+                vllm_params.positions(out.prompt_logprobs)
+        completion = out.outputs[0]
+        logprobs = vllm_params.positions(completion.logprobs) \
+            if completion.logprobs is not None else None
+        if self._emit(run, completion.text, list(completion.token_ids),
+                      logprobs):  # type: ignore[arg-type]  # no None positions
+            self._finish(request, "stop", abort=True)  # a stop string (the stream checks)
+        elif completion.finish_reason is not None:
+            if completion.stop_reason is not None:  # a stop token id
+                stream.stop_reason = completion.stop_reason
+            self._finish(request, str(completion.finish_reason))
+        elif run.stop is not None:  # preempted: ends here, at a token boundary
+            offloaded = self._mark_offload(run, request.request_id)
+            self._finish(request, None, abort=True, kv_offloaded=offloaded)
+
+    def _failed(self, request: _Request, exc: BaseException) -> None:
+        """The engine refused the request (adding it raised) or failed it. An engine
+        failure takes the engine out of service (the task reports every run, this one
+        too). An error handed to a live request comes from vLLM's output task dying
+        (propagate_error): no request gets outputs any more, which is the engine's failure
+        too. Otherwise only this job fails."""
+        live = self._requests.get(request.job_id) is request
+        why = self.engine_failure(exc)
+        if why is None and live:
+            why = f"vLLM's output task failed ({type(exc).__name__}: {exc})"
+        if why is not None:
+            self._engine_failed(why)
+            return
+        log.error("executor %s: job %s failed: %r", self.name, request.job_id, exc)
+        self._finish(request, None, error=f"engine error: {exc}")
+
+    def _finish(self, request: _Request, reason: str | None, *, abort: bool = False,
+                error: str | None = None, kv_offloaded: bool = False) -> None:
+        """The dispatch ended; `abort`: the engine request is still live, abort it."""
+        request.done = True
+        if self._requests.get(request.job_id) is request:
+            del self._requests[request.job_id]
+        if abort and self._engine is not None:
+            self._abort(request.request_id)
+        self._end_run(request.run, reason, error, kv_offloaded)
+
+    def _abort(self, request_id: str) -> None:
+        """Abort an engine request (vLLM's abort is a coroutine; it runs after this step's
+        outputs are handled, and outputs that come before it are ignored)."""
+        task = asyncio.create_task(self._engine.abort(request_id))
+        self._aborting.add(task)
+        task.add_done_callback(self._aborted)
+
+    def _aborted(self, task: asyncio.Task[None]) -> None:
+        self._aborting.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("executor %s: aborting an engine request failed: %r", self.name, exc)
+
+
+class _Request:
+    """One dispatch's engine request, in the place of vLLM's per-request output collector
+    (RequestOutputCollector: vLLM's output task calls `put`)."""
+
+    __slots__ = ("done", "executor", "request_id", "run", "started", "wants_prompt_logprobs")
+
+    def __init__(self, executor: VLLMExecutor, run: Run, request_id: str,
+                 wants_prompt_logprobs: bool) -> None:
+        self.executor = executor
+        self.run = run
+        self.request_id = request_id
+        self.wants_prompt_logprobs = wants_prompt_logprobs
+        self.started = False  # its first output came (Started was reported)
+        self.done = False  # its run ended: later outputs (before the abort lands) are ignored
+
+    @property
+    def job_id(self) -> str:
+        return self.run.job_id
+
+    def put(self, output: Any) -> None:
+        if not self.done:
+            self.executor._output(self, output)

@@ -88,4 +88,6 @@ async def test_abort_stops_the_engine_request(engine: tuple[Driver, Tokenizer]) 
     driver.stop(job, StopRequest.ABORT)
     assert await driver.next_stop() == Stopped("cpu-0", "aborted", None)
     assert job.num_generated_tokens < 500
-    assert not driver.executor._tasks  # its generation task is gone with the request
+    assert not driver.executor._requests  # the engine request is gone with the run
+    await asyncio.sleep(0.1)  # the abort reaches the engine
+    assert not driver.executor._engine.output_processor.has_unfinished_requests()

@@ -182,6 +182,9 @@ class VLLMExecutor(Executor):
         # shield: a start cancelled half-way leaves the build to finish, so that shutdown()
         # can stop the engine it gives.
         self._engine = await asyncio.shield(self._building)
+        if not hasattr(getattr(self._engine, "output_processor", None), "request_states"):
+            # _submit takes over requests' outputs there (vLLM 0.32's OutputProcessor)
+            raise RuntimeError("this vLLM's AsyncLLM has no output_processor.request_states")
         await self._warm_up()
 
     def _engine_env(self) -> dict[str, str | None]:

@@ -133,6 +133,11 @@ async def stream(answer: Answer, opts: Options, chosen: str | NamedToolChoice, e
             if opts.continuous_usage or final_usage else None
         return render.sse(ChatCompletionChunk(answer.id, created, opts.model, choices, usage))
 
+    # A delta with text only (no logprobs, token ids, usage, tool call) is framed cheaply.
+    plain = None if constrained or readers is not None or opts.logprobs is not None or \
+        opts.return_token_ids or opts.continuous_usage else render.TextFrame(
+            lambda text: ChatCompletionChunk(answer.id, created, opts.model,
+                                             [ChatChunkChoice(0, Delta(content=text))]))
     try:
         # The role chunk first, with the first output as vLLM does: clients time TTFT from
         # the first chunk, so it must not leave before the engine's first token.
@@ -150,6 +155,10 @@ async def stream(answer: Answer, opts: Options, chosen: str | NamedToolChoice, e
                 first = None
             if isinstance(item, TokenDelta):
                 c.take(item)
+                if plain is not None and c.index == 0:
+                    if item.text:
+                        yield plain(item.text)
+                    continue
                 if readers is not None:
                     parsed = readers[c.index].delta(item.text, item.token_ids, False)
                     called[c.index] |= bool(parsed and parsed.calls)

@@ -5,7 +5,7 @@ calls, usage (per chunk with continuous_usage_stats), as vLLM's server writes th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -118,6 +118,22 @@ class Answer:
 
 def sse(obj: object) -> bytes:
     return b"data: " + msgspec.json.encode(obj) + b"\n\n"
+
+
+_MARK = "\x00text"
+
+
+class TextFrame:
+    """The SSE event of a delta that carries text only, encoded once around the text: per
+    token, only the text is encoded (the bytes equal sse(make(text)))."""
+
+    __slots__ = ("_head", "_tail")
+
+    def __init__(self, make: Callable[[str], object]) -> None:
+        self._head, _, self._tail = sse(make(_MARK)).partition(msgspec.json.encode(_MARK))
+
+    def __call__(self, text: str) -> bytes:
+        return self._head + msgspec.json.encode(text) + self._tail
 
 
 def error_event(message: str) -> bytes:

@@ -1,13 +1,15 @@
 """Response pieces as vLLM's server writes them (daemon/http/render.py): completions with
 echo, streamed logprob offsets that run on across chunks, token ids, usage counting a
-shared prompt once."""
+shared prompt once; a text-only chat chunk framed around its text (TextFrame)."""
 
 from __future__ import annotations
+
+import pytest
 
 from daemon.core.stream import JobEnd, OutputStream, TokenDelta, TokenLogprob
 from daemon.http import logprobs as lp
 from daemon.http import render
-from daemon.http.responses import Usage
+from daemon.http.responses import ChatChunkChoice, ChatCompletionChunk, Delta, Usage
 
 PROMPT = [11, 12]
 
@@ -61,3 +63,14 @@ def test_usage_counts_a_shared_prompt_once() -> None:
     assert render.usage(shared, render.prompt_tokens(shared)) == Usage(2, 6, 8)
     batch = [_choice(0, [1, 2, 3]), _choice(1, [4])]  # two prompts
     assert render.prompt_tokens(batch) == 4
+
+
+def _text_chunk(text: str) -> ChatCompletionChunk:
+    return ChatCompletionChunk("chatcmpl-1", 1732550000, "tiny",
+                               [ChatChunkChoice(0, Delta(content=text))])
+
+
+@pytest.mark.parametrize("text", [" hello", "", "\"quoted\" \\ back", "line\nbreak",
+                                  "\x00text", "naïve – 東京 🙂"])
+def test_a_framed_text_is_the_encoded_chunk(text: str) -> None:
+    assert render.TextFrame(_text_chunk)(text) == render.sse(_text_chunk(text))

@@ -464,5 +464,12 @@ class _Request:
         return self.run.job_id
 
     def put(self, output: Any) -> None:
-        if not self.done:
+        if self.done:
+            return
+        try:
             self.executor._output(self, output)
+        except Exception as exc:  # this runs in vLLM's output task: whatever goes wrong
+            # with one job ends that job, not the task every request depends on
+            log.exception("executor %s: job %s failed", self.executor.name, self.job_id)
+            if not self.done:
+                self.executor._finish(self, None, abort=True, error=f"internal error: {exc}")

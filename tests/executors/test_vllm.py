@@ -12,6 +12,7 @@ import pytest_asyncio
 from daemon.config import Config, EngineConfig, ModelConfig
 from daemon.core.events import Event, Stopped
 from daemon.core.job import Job, SamplingSpec, StopRequest
+from daemon.core.stream import OutputStream
 from daemon.executors.vllm import VLLMExecutor
 from daemon.tokenizer import Tokenizer
 from tests.executors.driver import Driver
@@ -91,3 +92,31 @@ async def test_abort_stops_the_engine_request(engine: tuple[Driver, Tokenizer]) 
     assert not driver.executor._requests  # the engine request is gone with the run
     await asyncio.sleep(0.1)  # the abort reaches the engine
     assert not driver.executor._engine.output_processor.has_unfinished_requests()
+
+
+class _BrokenStream(OutputStream):
+    """A job's stream that fails on its third push (a bug in the job's own processing)."""
+
+    def push(self, text: str, token_ids: list[int], logprobs: object = None) -> bool:
+        if self.num_tokens >= 2:
+            raise RuntimeError("broken stream")
+        return super().push(text, token_ids)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_failure_in_one_jobs_output_ends_that_job_only(
+        engine: tuple[Driver, Tokenizer]) -> None:
+    # Outputs are handled inside vLLM's output task, which every request depends on: an
+    # error there must end the one job, not the task (nor restart the engine).
+    driver, tokenizer = engine
+    broken, fine = _job(tokenizer, "broken", max_tokens=40), _job(tokenizer, "fine", 40)
+    driver.streams["broken"] = _BrokenStream()
+    driver.launch(broken)
+    driver.launch(fine)
+    stops = {s.job_id: s for s in [await driver.next_stop(), await driver.next_stop()]}
+    assert stops["broken"].finish_reason is None
+    assert stops["broken"].error == "internal error: broken stream"
+    assert stops["fine"] == Stopped("cpu-0", "fine", "length")
+    assert fine.num_generated_tokens == 40
+    assert driver.executor.engine_problem() is None  # still serving, never restarted
+    assert await driver.run(_job(tokenizer, "after", 8)) == Stopped("cpu-0", "after", "length")

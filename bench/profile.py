@@ -40,7 +40,7 @@ def _engine(model: str, max_num_seqs: int, kv_gib: int) -> Any:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    # The daemon's engine settings (daemon/executors/vllm.py), so the profile is its engine.
+    # The daemon's engine settings (daemon/executors/vllm_engine.py), so the profile is its engine.
     args = AsyncEngineArgs(model=model, max_num_seqs=max_num_seqs, enforce_eager=True,
                            enable_prefix_caching=True, scheduling_policy="priority",
                            disable_log_stats=True, max_model_len=2048)

@@ -1,4 +1,4 @@
-"""VLLMExecutor: one vLLM V1 AsyncLLM engine, the only module that imports vLLM.
+"""VLLMExecutor: one vLLM V1 AsyncLLM engine (how it is built: vllm_engine.py).
 
 Preemption is abort + resume: the engine request is aborted at a token boundary, the job
 keeps its generated ids, and the next dispatch submits prompt + generated ids with the
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shutil
 import tempfile
 from typing import Any
@@ -35,60 +34,11 @@ import msgspec
 from daemon.config import Config
 from daemon.core.events import Capacity, Event
 from daemon.core.job import SamplingSpec, StopRequest
-from daemon.executors import enginefork, spawn, vllm_params
-from daemon.executors.base import EngineStats, Executor, KVStoreTotals, Run
-from daemon.executors.settings import cpu_cores
+from daemon.executors import enginefork, spawn, vllm_engine, vllm_params
+from daemon.executors.base import Executor, KVStoreTotals, Run
 from kvstore import decisions
 
 log = logging.getLogger(__name__)
-# The core binding the daemon was started with, for "cpu" devices (None: vLLM's "auto").
-_INHERITED_CPU_BIND = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
-
-
-class _StatsRecorder:
-    """A vLLM per-engine stat logger (duck-typed StatLoggerBase) that keeps the engine's
-    last scheduler stats on the executor instead of logging them. Passing it as the only
-    custom logger, with vLLM's default loggers off, turns stats on without the periodic
-    log lines. It runs on the event loop, in AsyncLLM's output handler."""
-
-    def __init__(self, executor: VLLMExecutor, vllm_config: Any) -> None:
-        self._executor = executor
-        self._cache = vllm_config.cache_config
-
-    def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
-               engine_idx: int = 0) -> None:
-        if iteration_stats is not None:  # vLLM's own vllm:num_preemptions counts these
-            self._executor.engine_preemptions += iteration_stats.num_preempted_reqs
-        if scheduler_stats is None:
-            return
-        if kvstore := getattr(scheduler_stats, "kv_connector_stats", None):
-            self._executor.kvstore_reported(kvstore)
-        self._executor.reported_stats = EngineStats(
-            num_running_reqs=scheduler_stats.num_running_reqs,
-            num_waiting_reqs=(scheduler_stats.num_waiting_reqs
-                              + scheduler_stats.num_skipped_waiting_reqs),
-            kv_cache_usage=float(scheduler_stats.kv_cache_usage),
-            block_size=int(self._cache.block_size or 0),
-            num_gpu_blocks=int(self._cache.num_gpu_blocks or 0))
-
-    def log_engine_initialized(self) -> None:
-        # Called once the engine has sized its KV cache: num_gpu_blocks is known now.
-        self.record(_IdleStats(), None)
-
-    def log(self) -> None:
-        pass
-
-    def record_sleep_state(self, is_awake: int, level: int) -> None:
-        pass
-
-
-class _IdleStats:
-    """Scheduler stats of an engine with no requests (before its first step)."""
-
-    num_running_reqs = 0
-    num_waiting_reqs = 0
-    num_skipped_waiting_reqs = 0
-    kv_cache_usage = 0.0
 
 
 class VLLMExecutor(Executor):
@@ -116,46 +66,9 @@ class VLLMExecutor(Executor):
         return self._kvstore and self._engine is not None
 
     def _kv_transfer_config(self) -> Any:
-        from vllm.config import KVTransferConfig
-
-        kvstore = self._config.kvstore
         if self._decisions_dir is None:
             self._decisions_dir = tempfile.mkdtemp(prefix=f"lengthwise-kvstore-{self.name}-")
-        return KVTransferConfig(
-            kv_connector="LengthwiseConnector", kv_role="kv_both",
-            kv_connector_module_path="kvstore.connector",
-            # A block the store cannot supply costs a prefill, never a failed request.
-            kv_load_failure_policy="recompute",
-            kv_connector_extra_config={"capacity_bytes": kvstore.capacity_bytes,
-                                       "quantization": kvstore.quantization,
-                                       "decisions_dir": self._decisions_dir})
-
-    def _engine_args(self, kvstore: bool = False) -> Any:
-        from vllm.engine.arg_utils import AsyncEngineArgs
-
-        from daemon.executors.vllm_penalties import CarriedPenalties
-
-        model, engine = self._config.model, self._config.engine
-        kwargs: dict[str, Any] = {
-            "model": model.path,
-            "served_model_name": model.name,
-            "max_num_seqs": engine.max_num_seqs,
-            # vLLM's own queue only reorders what lengthwise admitted; keep its preemption
-            # victim choice in line with ours.
-            "scheduling_policy": "priority",
-            # Stats stay on (see _StatsRecorder); this only turns vLLM's own loggers off.
-            "disable_log_stats": True,
-            # Penalties of resumed jobs count the tokens generated before the resume.
-            "logits_processors": [CarriedPenalties],
-        }
-        if model.max_model_len:
-            kwargs["max_model_len"] = model.max_model_len
-        if self.device.startswith("cuda"):
-            kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
-        kwargs.update(engine.engine_args())  # [engine] vllm_args over lengthwise's defaults
-        if kvstore:
-            kwargs["kv_transfer_config"] = self._kv_transfer_config()
-        return AsyncEngineArgs(**kwargs)
+        return vllm_engine.kv_transfer_config(self._config.kvstore, self._decisions_dir)
 
     async def start(self) -> None:
         """Build the engine in a worker thread (the loop keeps serving while it loads: health,
@@ -177,7 +90,8 @@ class VLLMExecutor(Executor):
 
     async def _start_engine(self, kvstore: bool) -> None:
         self._building = asyncio.ensure_future(asyncio.to_thread(
-            spawn.build_with_env, self._engine_env(), lambda: self._build_engine(kvstore),
+            spawn.build_with_env, vllm_engine.engine_env(self._config, self.device),
+            lambda: self._build_engine(kvstore),
             self._forks()))
         # shield: a start cancelled half-way leaves the build to finish, so that shutdown()
         # can stop the engine it gives.
@@ -186,21 +100,6 @@ class VLLMExecutor(Executor):
             # _submit takes over requests' outputs there (vLLM 0.32's OutputProcessor)
             raise RuntimeError("this vLLM's AsyncLLM has no output_processor.request_states")
         await self._warm_up()
-
-    def _engine_env(self) -> dict[str, str | None]:
-        """What this engine's process must inherit: KV size and core binding on CPU, the
-        one visible GPU on CUDA."""
-        if self.device.startswith("cuda:"):
-            return {"CUDA_VISIBLE_DEVICES": self.device.split(":", 1)[1]}
-        cores = cpu_cores(self.device)
-        return {
-            # GiB of KV cache (whole GiB: vLLM parses an integer).
-            "VLLM_CPU_KVCACHE_SPACE": str(self._config.engine.cpu_kv_cache_gib),
-            # "cpu:IDS" binds this engine's OpenMP threads to its cores; plain "cpu" keeps
-            # what the daemon was started with (vLLM's "auto" when unset).
-            "VLLM_CPU_OMP_THREADS_BIND": (",".join(map(str, cores)) if cores is not None
-                                          else _INHERITED_CPU_BIND),
-        }
 
     def _forks(self) -> bool:
         """Whether this engine's processes start from the warm forkserver (enginefork)."""
@@ -213,12 +112,14 @@ class VLLMExecutor(Executor):
         if self._forks():
             enginefork.use_forkserver()
 
-        return AsyncLLM.from_engine_args(self._engine_args(kvstore),
-                                         stat_loggers=[self._stats_recorder])
+        kv_transfer = self._kv_transfer_config() if kvstore else None
+        return AsyncLLM.from_engine_args(
+            vllm_engine.engine_args(self._config, self.device, kv_transfer),
+            stat_loggers=[self._stats_recorder])
 
     def _stats_recorder(self, vllm_config: Any, engine_index: int) -> Any:
         """vLLM's per-engine stat-logger factory signature."""
-        return _StatsRecorder(self, vllm_config)
+        return vllm_engine.StatsRecorder(self, vllm_config)
 
     async def _warm_up(self) -> None:
         """One short generation so the first client does not pay for lazy init."""

@@ -206,7 +206,8 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
 
 def _server_refused(refused: float, summary: Summary) -> str:
     """", the server refused 110" where the server counted 429s the client did not see as
-    such (vLLM's client records them without a reason)."""
+    such (vLLM's client records a 429 without a reason phrase in its status line, as
+    hypercorn sent it, as an empty error)."""
     return f", the server refused {refused:g}" if refused != summary.n_refused else ""
 
 

@@ -17,7 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from daemon.http import openapi, tokenize
+from daemon.http import openapi, prompt_render, tokenize
+from daemon.http.anthropic import Messages
 from daemon.http.conncap import ConnectionCap
 from daemon.http.errors import ApiError
 from daemon.http.routermetrics import RouterCollector
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 def build_app(service: Service) -> Starlette:
     routes = Routes(service)
+    messages = Messages(routes)
     metrics = service.metrics
     metrics.registry.register(RouterCollector(service))
 
@@ -73,11 +75,19 @@ def build_app(service: Service) -> Starlette:
         routes=[
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
+            Route("/v1/messages", messages.create, methods=["POST"]),
+            Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
+            Route("/v1/chat/completions/render", partial(prompt_render.render_chat, routes),
+                  methods=["POST"]),
+            Route("/v1/completions/render", partial(prompt_render.render_completions, routes),
+                  methods=["POST"]),
             Route("/v1/models", routes.models, methods=["GET"]),
             Route("/tokenize", partial(tokenize.tokenize, service), methods=["POST"]),
             Route("/detokenize", partial(tokenize.detokenize, service), methods=["POST"]),
             Route("/version", partial(tokenize.version, service), methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
+            # vLLM's and SageMaker's liveness path: /health's answer, GET or POST
+            Route("/ping", routes.health, methods=["GET", "POST"]),
             Route("/metrics", render_metrics, methods=["GET"]),
             Route("/openapi.json", render_openapi, methods=["GET"]),
         ],

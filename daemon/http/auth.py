@@ -1,5 +1,6 @@
-"""Who may call what: `Authorization: Bearer <key>` against the keys in daemon/apikeys.py;
-401 in the OpenAI shape without a valid key, 403 for a key outside its scope."""
+"""Who may call what: `Authorization: Bearer <key>` (or Anthropic's `x-api-key: <key>`, what
+the `anthropic` package sends) against the keys in daemon/apikeys.py; 401 without a valid
+key, 403 for a key outside its scope."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ def authorize(keys: KeyRing | None, request: Request, scope: Scope) -> ApiKey | 
     """The caller's key; None when no key is needed (no keys file, open monitoring)."""
     if keys is None:
         return None
-    secret = bearer(request.headers.get("authorization"))
+    secret = bearer(request.headers.get("authorization")) or \
+        (request.headers.get("x-api-key") or "").strip() or None
     if secret is None:
         raise unauthorized("missing API key: send the header 'Authorization: Bearer <key>'")
     key = keys.lookup(secret)

@@ -129,8 +129,10 @@ class TextFrame:
 
     __slots__ = ("_head", "_tail")
 
-    def __init__(self, make: Callable[[str], object]) -> None:
-        self._head, _, self._tail = sse(make(_MARK)).partition(msgspec.json.encode(_MARK))
+    def __init__(self, make: Callable[[str], object], event: str = "") -> None:
+        head, _, self._tail = sse(make(_MARK)).partition(msgspec.json.encode(_MARK))
+        # a named event (Anthropic's streams) carries its name before the data
+        self._head = (f"event: {event}\n".encode() if event else b"") + head
 
     def __call__(self, text: str) -> bytes:
         return self._head + msgspec.json.encode(text) + self._tail

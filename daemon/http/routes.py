@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
@@ -22,6 +22,7 @@ from daemon.core.stream import JobEnd, TokenDelta
 from daemon.http import chat, render, slo, tools, translate
 from daemon.http import logprobs as lp
 from daemon.http.auth import authorize
+from daemon.http.chat import ChatJob, ChatPrompt
 from daemon.http.errors import ApiError
 from daemon.http.render import Answer, Choice, Options, Prompt
 from daemon.http.responses import (
@@ -53,7 +54,7 @@ class Routes:
 
     # ---- admission ----------------------------------------------------------------------
 
-    async def _read(self, request: Request, kind: type[msgspec.Struct]) -> Any:
+    async def read(self, request: Request, kind: type[msgspec.Struct]) -> Any:
         limit = self.service.config.server.max_body_bytes
         if int(request.headers.get("content-length") or 0) > limit:
             raise ApiError(413, f"request body exceeds {limit} bytes")
@@ -65,7 +66,7 @@ class Routes:
             chunks.append(chunk)
         return translate.decode_body(b"".join(chunks), kind)
 
-    def _check_model(self, name: str | None) -> None:
+    def check_model(self, name: str | None) -> None:
         served = self.service.config.model.name
         if name is not None and name != served:
             raise translate.unknown_model(name, served)
@@ -163,7 +164,7 @@ class Routes:
             pass
         self._cancel_rest(answer)
 
-    async def _collect(self, request: Request, answer: Answer) -> None:
+    async def collect(self, request: Request, answer: Answer) -> None:
         """Whole answer for a non-streaming request; a client that leaves aborts the jobs."""
         watcher = asyncio.create_task(self._abort_on_disconnect(request, answer))
         try:
@@ -210,11 +211,43 @@ class Routes:
 
     async def chat_completions(self, request: Request) -> Response:
         key = authorize(self.service.keys, request, "api")
-        req: ChatCompletionRequest = await self._read(request, ChatCompletionRequest)
-        self._check_model(req.model)
-        svc = self.service
-        chosen = chat.check(req, svc.config.model.tool_call_parser)
+        req: ChatCompletionRequest = await self.read(request, ChatCompletionRequest)
+        job = await self.admit_chat(request, req, key)
+        answer, opts = job.answer, job.opts
+        if req.stream:
+            return StreamingResponse(chat.stream(answer, opts, job.chosen, job.echo,
+                                                 self.service.scheduler, job.readers),
+                                     media_type="text/event-stream",
+                                     headers={**_SSE_HEADERS, **answer.headers})
+        await self.collect(request, answer)
+        body = ChatCompletion(answer.id, int(time.time()), opts.model,
+                              [chat.whole(c, opts, job.chosen, job.echo,
+                                          job.readers[c.index] if job.readers else None)
+                               for c in answer.choices],
+                              render.usage(answer.choices, answer.num_prompt_tokens))
+        if req.return_token_ids:
+            body.prompt_token_ids = job.prompt_ids
+        return _json(body, headers=answer.headers)
+
+    async def admit_chat(self, request: Request, req: ChatCompletionRequest,
+                         key: ApiKey | None) -> ChatJob:
+        """A chat request checked, templated and admitted (also what /v1/messages
+        translates its requests into)."""
+        self.check_model(req.model)
+        chosen = chat.check(req, self.service.config.model.tool_call_parser)
         objective = self._objective(req, key, request)
+        prompt = await self.chat_prompt(req, chosen)
+        readers = self._tool_readers(req, chosen, prompt.ids)
+        answer = await self._admit(req, [Prompt(prompt.ids, "", prompt.plain)], "chatcmpl",
+                                   objective, prompt.spec_for)
+        return ChatJob(answer, self._options(req, prompt.top, False), chosen,
+                       chat.echo_text(req), readers, prompt.ids)
+
+    async def chat_prompt(self, req: ChatCompletionRequest, chosen: str | NamedToolChoice
+                          ) -> ChatPrompt:
+        """The chat template's prompt ids and how to make the job's sampling settings: all a
+        chat job needs before it exists (the render endpoint stops here)."""
+        svc = self.service
         template, plain = translate.chat_messages(req)
         try:
             ids = await asyncio.to_thread(svc.tokenizer.encode_chat, template,
@@ -233,25 +266,7 @@ class Routes:
                                            svc.config.limits)
             return self._spec(req, p, max_new, top, bool(req.echo), schema)
 
-        readers = self._tool_readers(req, chosen, ids)
-        answer = await self._admit(req, [Prompt(ids, "", plain)], "chatcmpl", objective,
-                                   spec_for)
-        opts = self._options(req, top, False)
-        echo = chat.echo_text(req)
-        if req.stream:
-            return StreamingResponse(chat.stream(answer, opts, chosen, echo, svc.scheduler,
-                                                 readers),
-                                     media_type="text/event-stream",
-                                     headers={**_SSE_HEADERS, **answer.headers})
-        await self._collect(request, answer)
-        body = ChatCompletion(answer.id, int(time.time()), opts.model,
-                              [chat.whole(c, opts, chosen, echo,
-                                          readers[c.index] if readers else None)
-                               for c in answer.choices],
-                              render.usage(answer.choices, answer.num_prompt_tokens))
-        if req.return_token_ids:
-            body.prompt_token_ids = ids
-        return _json(body, headers=answer.headers)
+        return ChatPrompt(ids, plain, top, spec_for)
 
     def _tool_readers(self, req: ChatCompletionRequest, chosen: str | NamedToolChoice,
                       ids: list[int]) -> list[ToolCallReader] | None:
@@ -267,10 +282,28 @@ class Routes:
 
     async def completions(self, request: Request) -> Response:
         key = authorize(self.service.keys, request, "api")
-        req: CompletionRequest = await self._read(request, CompletionRequest)
-        self._check_model(req.model)
+        req: CompletionRequest = await self.read(request, CompletionRequest)
+        self.check_model(req.model)
         translate.check_request(req, bool(req.stream))
         objective = self._objective(req, key, request)
+        prompts, spec_for = await self.completion_prompts(req)
+        answer = await self._admit(req, prompts, "cmpl", objective, spec_for)
+        opts = self._options(req, req.logprobs, bool(req.echo))
+        if req.stream:
+            return StreamingResponse(self._completion_stream(answer, opts),
+                                     media_type="text/event-stream",
+                                     headers={**_SSE_HEADERS, **answer.headers})
+        await self.collect(request, answer)
+        body = Completion(answer.id, int(time.time()), opts.model,
+                          [render.completion_piece(c, opts, None, True, c.end)
+                           for c in answer.choices],
+                          render.usage(answer.choices, answer.num_prompt_tokens))
+        return _json(body, headers=answer.headers)
+
+    async def completion_prompts(self, req: CompletionRequest
+                                 ) -> tuple[list[Prompt], Callable[[Prompt], SamplingSpec]]:
+        """The request's prompts as token ids, and how to make each one's sampling settings:
+        all its jobs need before they exist (the render endpoint stops here)."""
         tok = self.service.tokenizer
         add_special = True if req.add_special_tokens is None else req.add_special_tokens
         prompts = []
@@ -293,18 +326,7 @@ class Routes:
                                            svc.config.limits)
             return self._spec(req, p, max_new, top, echo)
 
-        answer = await self._admit(req, prompts, "cmpl", objective, spec_for)
-        opts = self._options(req, top, echo)
-        if req.stream:
-            return StreamingResponse(self._completion_stream(answer, opts),
-                                     media_type="text/event-stream",
-                                     headers={**_SSE_HEADERS, **answer.headers})
-        await self._collect(request, answer)
-        body = Completion(answer.id, int(time.time()), opts.model,
-                          [render.completion_piece(c, opts, None, True, c.end)
-                           for c in answer.choices],
-                          render.usage(answer.choices, answer.num_prompt_tokens))
-        return _json(body, headers=answer.headers)
+        return prompts, spec_for
 
     async def _completion_stream(self, answer: Answer, opts: Options) -> AsyncIterator[bytes]:
         created = int(time.time())

@@ -64,21 +64,21 @@ def _json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-def _call_id() -> str:
+def call_id() -> str:
     return f"chatcmpl-tool-{uuid.uuid4().hex[:24]}"
 
 
 def calls(chosen: str | NamedToolChoice, text: str) -> list[ToolCallOut] | None:
     """The tool calls in a constrained answer; None where the choice does not constrain."""
     if isinstance(chosen, NamedToolChoice):
-        return [ToolCallOut(_call_id(), FunctionCallOut(chosen.function.name, text))]
+        return [ToolCallOut(call_id(), FunctionCallOut(chosen.function.name, text))]
     if chosen != "required":
         return None
     try:
         items = msgspec.json.decode(text)
     except msgspec.DecodeError:
         return []  # cut by max_tokens: no complete call
-    return [ToolCallOut(_call_id(), FunctionCallOut(str(item.get("name", "")),
+    return [ToolCallOut(call_id(), FunctionCallOut(str(item.get("name", "")),
                                                     _json(item.get("parameters", {}))))
             for item in items if isinstance(item, dict)]
 

@@ -81,7 +81,8 @@ def chat_messages(req: ChatCompletionRequest | TokenizeRequest
             if any(part.type != "text" for part in msg.content):
                 raise bad_request(f"messages[{i}].content: only text parts are supported "
                                   "(the model is text-only)", f"messages[{i}].content")
-            text = "".join(part.text or "" for part in msg.content)
+            # vLLM joins text parts line by line for templates that take a string
+            text = "\n".join(part.text or "" for part in msg.content)
         else:
             text = msg.content or ""
         role = "system" if msg.role == "developer" else msg.role

@@ -19,12 +19,13 @@ from starlette.responses import Response, StreamingResponse
 from daemon.http import anthropic_render, chat
 from daemon.http.anthropic_convert import template_probe, to_chat
 from daemon.http.anthropic_schemas import (
-    ContextManagement,
-    CountTokensRequest,
-    CountTokensResult,
-    ErrorBody,
-    ErrorInfo,
-    MessagesRequest,
+    AnthropicContextManagement,
+    AnthropicCountTokensRequest,
+    AnthropicCountTokensResponse,
+    AnthropicError,
+    AnthropicErrorResponse,
+    AnthropicMessagesRequest,
+    AnthropicPrompt,
 )
 from daemon.http.auth import authorize
 from daemon.http.errors import ApiError
@@ -39,19 +40,21 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permi
           500: "api_error", 503: "overloaded_error"}
 
 
-class AnthropicError(ApiError):
+class AnthropicApiError(ApiError):
     """An ApiError written in Anthropic's shape; the field it names leads the message."""
 
     def __init__(self, error: ApiError) -> None:
         info = error.info
-        message = info.message if info.param is None or info.message.startswith(info.param) \
-            else f"{info.param}: {info.message}"
+        message = info.message if info.param is None or \
+            info.message.startswith(f"{info.param}: ") else f"{info.param}: {info.message}"
         super().__init__(error.status, message, _TYPES.get(error.status, info.type),
                          info.param, info.code)
         self.headers = error.headers
 
     def body(self) -> bytes:
-        return msgspec.json.encode(ErrorBody(ErrorInfo(self.info.type, self.info.message)))
+        info = self.info
+        return msgspec.json.encode(AnthropicErrorResponse(AnthropicError(info.type,
+                                                                         info.message)))
 
 
 class Messages:
@@ -66,17 +69,17 @@ class Messages:
         try:
             return await self._create(request)
         except ApiError as exc:
-            raise AnthropicError(exc) from None
+            raise AnthropicApiError(exc) from None
 
     async def count_tokens(self, request: Request) -> Response:
         try:
             return await self._count_tokens(request)
         except ApiError as exc:
-            raise AnthropicError(exc) from None
+            raise AnthropicApiError(exc) from None
 
     async def _create(self, request: Request) -> Response:
         key = authorize(self.service.keys, request, "api")
-        req: MessagesRequest = await self.routes.read(request, MessagesRequest)
+        req: AnthropicMessagesRequest = await self.routes.read(request, AnthropicMessagesRequest)
         job = await self.routes.admit_chat(request, await self._chat(req), key)
         if req.stream:
             return StreamingResponse(anthropic_render.stream(job, self.service.scheduler),
@@ -91,15 +94,15 @@ class Messages:
         """The prompt's tokens as /v1/messages would run it (vLLM renders the same chat
         request; nothing runs)."""
         authorize(self.service.keys, request, "api")
-        req: CountTokensRequest = await self.routes.read(request, CountTokensRequest)
+        req = await self.routes.read(request, AnthropicCountTokensRequest)
         chat_req = await self._chat(req)
         chosen = chat.check(chat_req, self.service.config.model.tool_call_parser)
         prompt = await self.routes.chat_prompt(chat_req, chosen)
         count = len(prompt.ids)
-        body = CountTokensResult(count, ContextManagement(count))
+        body = AnthropicCountTokensResponse(count, AnthropicContextManagement(count))
         return Response(msgspec.json.encode(body), media_type="application/json")
 
-    async def _chat(self, req: MessagesRequest | CountTokensRequest) -> ChatCompletionRequest:
+    async def _chat(self, req: AnthropicPrompt) -> ChatCompletionRequest:
         self.routes.check_model(req.model)
         if self._template is None:  # once: the template does not change while serving
             self._template = await asyncio.to_thread(template_probe, self._render)

@@ -20,14 +20,14 @@ import msgspec
 
 from daemon.http import translate
 from daemon.http.anthropic_schemas import (
-    ContentBlock,
-    CountTokensRequest,
-    Message,
-    MessagesRequest,
-    ThinkingDisabled,
-    ThinkingEnabled,
-    Tool,
-    ToolDefinition,
+    AnthropicContentBlock,
+    AnthropicMessage,
+    AnthropicMessagesRequest,
+    AnthropicPrompt,
+    AnthropicThinkingDisabled,
+    AnthropicThinkingEnabled,
+    AnthropicTool,
+    AnthropicToolDefinition,
 )
 from daemon.http.errors import ApiError
 from daemon.http.schemas import (
@@ -53,8 +53,8 @@ def _bad(message: str, param: str) -> ApiError:
     return translate.bad_request(message, param)
 
 
-def to_chat(req: MessagesRequest | CountTokensRequest, *, merge_inline_system: bool,
-            disabled_effort: str) -> ChatCompletionRequest:
+def to_chat(req: AnthropicPrompt, *, merge_inline_system: bool, disabled_effort: str
+            ) -> ChatCompletionRequest:
     """The chat request `req` means. `merge_inline_system`: the template takes a system
     message only first, so later ones join the first; `disabled_effort`: the reasoning effort
     that `thinking: disabled` stands for with this template."""
@@ -64,18 +64,18 @@ def to_chat(req: MessagesRequest | CountTokensRequest, *, merge_inline_system: b
         messages += _message(msg, i, merge_inline_system)
     chat = ChatCompletionRequest(model=req.model, messages=messages,
                                  chat_template_kwargs=req.chat_template_kwargs)
-    if isinstance(req, MessagesRequest):
+    if isinstance(req, AnthropicMessagesRequest):
         _sampling(chat, req)
     _output_config(chat, req)
-    if isinstance(req.thinking, ThinkingDisabled):
+    if isinstance(req.thinking, AnthropicThinkingDisabled):
         chat.reasoning_effort = disabled_effort  # type: ignore[assignment]
-    elif isinstance(req.thinking, ThinkingEnabled):
+    elif isinstance(req.thinking, AnthropicThinkingEnabled):
         chat.thinking_token_budget = req.thinking.budget_tokens
     _tools(chat, req)
     return chat
 
 
-def _check(req: MessagesRequest | CountTokensRequest) -> None:
+def _check(req: AnthropicPrompt) -> None:
     """vLLM's request validators that no field's type can say."""
     choice = req.tool_choice
     if choice is not None and choice.type == "tool" and not choice.name:
@@ -85,9 +85,11 @@ def _check(req: MessagesRequest | CountTokensRequest) -> None:
             if block.type in _TOOL_CHANGES:
                 raise _bad(f'{block.type} blocks are only allowed in messages with role '
                            '"system"', f"system[{j}]")
-    if isinstance(req, MessagesRequest) and isinstance(req.thinking, ThinkingEnabled) and \
+    thinking = req.thinking
+    if isinstance(req, AnthropicMessagesRequest) and \
+            isinstance(thinking, AnthropicThinkingEnabled) and \
             not (req.kv_transfer_params or {}).get("do_remote_decode") and \
-            req.thinking.budget_tokens >= req.max_tokens:
+            thinking.budget_tokens >= req.max_tokens:
         raise _bad("thinking.budget_tokens must be less than max_tokens",
                    "thinking.budget_tokens")
     for i, msg in enumerate(req.messages):
@@ -98,18 +100,18 @@ def _check(req: MessagesRequest | CountTokensRequest) -> None:
                            '"system"', where)
             if block.type in _TOOL_CHANGES and block.tool is None:
                 raise _bad(f"tool is required for {block.type} blocks", where)
-            if block.type == "tool_removal" and isinstance(block.tool, ToolDefinition):
+            if block.type == "tool_removal" and isinstance(block.tool, AnthropicToolDefinition):
                 raise _bad("tool_removal only accepts a tool_reference", where)
 
 
-def _system_text(content: str | list[ContentBlock]) -> str:
+def _system_text(content: str | list[AnthropicContentBlock]) -> str:
     if isinstance(content, str):
         return "" if content.startswith(_BILLING) else content
     return "".join(b.text for b in content
                    if b.type == "text" and b.text and not b.text.startswith(_BILLING))
 
 
-def _system(req: MessagesRequest | CountTokensRequest, merge: bool) -> list[ChatMessage]:
+def _system(req: AnthropicPrompt, merge: bool) -> list[ChatMessage]:
     """The leading system message: the request's `system`, with the inline system messages
     when the template takes none later."""
     parts = [_system_text(req.system)] if req.system else []
@@ -119,7 +121,7 @@ def _system(req: MessagesRequest | CountTokensRequest, merge: bool) -> list[Chat
     return [ChatMessage(role="system", content=text)] if text else []
 
 
-def _message(msg: Message, i: int, merge: bool) -> list[ChatMessage]:
+def _message(msg: AnthropicMessage, i: int, merge: bool) -> list[ChatMessage]:
     """One Anthropic message as chat messages: a user's tool results come first, each a
     `tool` message; a user message with nothing but tool results is left out."""
     if msg.role == "system":
@@ -158,7 +160,7 @@ def _message(msg: Message, i: int, merge: bool) -> list[ChatMessage]:
     return [*before, out]
 
 
-def _tool_result(block: ContentBlock, where: str) -> ChatMessage:
+def _tool_result(block: AnthropicContentBlock, where: str) -> ChatMessage:
     """A user's tool_result as a `tool` message: its text items, one per line."""
     text = ""
     if isinstance(block.content, str):
@@ -176,7 +178,7 @@ def _tool_result(block: ContentBlock, where: str) -> ChatMessage:
     return ChatMessage(role="tool", tool_call_id=block.tool_use_id or "", content=text)
 
 
-def _sampling(chat: ChatCompletionRequest, req: MessagesRequest) -> None:
+def _sampling(chat: ChatCompletionRequest, req: AnthropicMessagesRequest) -> None:
     chat.max_tokens = chat.max_completion_tokens = req.max_tokens
     chat.stop = req.stop_sequences
     chat.temperature, chat.top_p, chat.top_k = req.temperature, req.top_p, req.top_k
@@ -187,8 +189,7 @@ def _sampling(chat: ChatCompletionRequest, req: MessagesRequest) -> None:
     chat.vllm_xargs, chat.priority = req.vllm_xargs, req.priority
 
 
-def _output_config(chat: ChatCompletionRequest, req: MessagesRequest | CountTokensRequest
-                   ) -> None:
+def _output_config(chat: ChatCompletionRequest, req: AnthropicPrompt) -> None:
     config = req.output_config
     if config is None:
         return
@@ -199,7 +200,7 @@ def _output_config(chat: ChatCompletionRequest, req: MessagesRequest | CountToke
         chat.reasoning_effort = config.effort
 
 
-def _tools(chat: ChatCompletionRequest, req: MessagesRequest | CountTokensRequest) -> None:
+def _tools(chat: ChatCompletionRequest, req: AnthropicPrompt) -> None:
     choice = req.tool_choice
     if choice is not None:
         chat.parallel_tool_calls = not choice.disable_parallel_tool_use
@@ -222,7 +223,7 @@ def _schema(schema: dict[str, Any]) -> dict[str, Any]:
     return schema if "type" in schema else {**schema, "type": "object"}
 
 
-def _resolve_tools(req: MessagesRequest | CountTokensRequest) -> list[Tool] | None:
+def _resolve_tools(req: AnthropicPrompt) -> list[AnthropicTool] | None:
     """The tools in effect at the conversation's end (chat templates see one list): a tool
     added by value is declared, one added by reference no longer deferred, a removed one
     dropped."""
@@ -234,7 +235,7 @@ def _resolve_tools(req: MessagesRequest | CountTokensRequest) -> list[Tool] | No
     removed: set[str] = set()
     for i, j, block in changes:
         change = block.tool
-        if isinstance(change, ToolDefinition):
+        if isinstance(change, AnthropicToolDefinition):
             name = change.definition.name
             tools[name] = change.definition
         else:

@@ -17,24 +17,24 @@ from daemon.core.scheduler import Scheduler
 from daemon.core.stream import JobEnd, TokenDelta
 from daemon.http import chat, tools
 from daemon.http.anthropic_schemas import (
-    BlockDelta,
-    BlockStart,
-    BlockStop,
-    ErrorBody,
-    ErrorInfo,
-    JsonDelta,
-    MessageDelta,
-    MessageHead,
-    MessageOut,
-    MessageStart,
-    MessageStop,
+    AnthropicBlockDelta,
+    AnthropicBlockStart,
+    AnthropicBlockStop,
+    AnthropicError,
+    AnthropicErrorResponse,
+    AnthropicJsonDelta,
+    AnthropicMessageDelta,
+    AnthropicMessageHead,
+    AnthropicMessagesResponse,
+    AnthropicMessageStart,
+    AnthropicMessageStop,
+    AnthropicStopDelta,
+    AnthropicTextBlock,
+    AnthropicTextDelta,
+    AnthropicToolUseBlock,
+    AnthropicUsage,
     OutBlock,
-    StopDelta,
     StopReason,
-    TextBlock,
-    TextDelta,
-    ToolUseBlock,
-    Usage,
 )
 from daemon.http.chat import ChatJob
 from daemon.http.errors import bad_request
@@ -73,24 +73,24 @@ def _input(arguments: str) -> dict[str, Any]:
     return value
 
 
-def _usage(job: ChatJob) -> Usage:
-    return Usage(job.answer.num_prompt_tokens, job.answer.choices[0].stream.num_tokens)
+def _usage(job: ChatJob) -> AnthropicUsage:
+    return AnthropicUsage(job.answer.num_prompt_tokens, job.answer.choices[0].stream.num_tokens)
 
 
-def whole(job: ChatJob) -> MessageOut:
+def whole(job: ChatJob) -> AnthropicMessagesResponse:
     c = job.answer.choices[0]
     assert c.end is not None
     reader = job.readers[0] if job.readers else None
-    message = chat.whole(c, job.opts, job.chosen, job.echo, reader)
-    calls = message.message.tool_calls or []
-    content: list[OutBlock] = [TextBlock(message.message.content)] \
-        if message.message.content else []
-    content += [ToolUseBlock(call.id, call.function.name, _input(call.function.arguments))
-                for call in calls]
-    reason, sequence = stop_reason(message.finish_reason, c.end.stop_reason, bool(calls),
+    choice = chat.whole(c, job.opts, job.chosen, job.echo, reader)
+    text, calls = choice.message.content, choice.message.tool_calls or []
+    content: list[OutBlock] = [AnthropicTextBlock(text)] if text else []
+    content += [AnthropicToolUseBlock(call.id, call.function.name,
+                                      _input(call.function.arguments)) for call in calls]
+    reason, sequence = stop_reason(choice.finish_reason, c.end.stop_reason, bool(calls),
                                    bool(calls))
-    return MessageOut(job.answer.id, "assistant", content or [TextBlock("")], job.opts.model,
-                      reason, sequence, _usage(job))
+    return AnthropicMessagesResponse(job.answer.id, "assistant",
+                                     content or [AnthropicTextBlock("")], job.opts.model,
+                                     reason, sequence, _usage(job))
 
 
 def event(name: str, body: object) -> bytes:
@@ -98,7 +98,7 @@ def event(name: str, body: object) -> bytes:
 
 
 def error_event(message: str) -> bytes:
-    return event("error", ErrorBody(ErrorInfo("api_error", message)))
+    return event("error", AnthropicErrorResponse(AnthropicError("api_error", message)))
 
 
 class _Blocks:
@@ -118,13 +118,14 @@ class _Blocks:
 
     def start(self, block: OutBlock) -> bytes:
         index = self.index
-        if isinstance(block, ToolUseBlock):
+        if isinstance(block, AnthropicToolUseBlock):
             self.open, self.tool_id, self.tool_used, self.args = "tool_use", block.id, True, []
         else:
             self.open = "text"
-            self.frame = TextFrame(lambda text: BlockDelta(index, TextDelta(text)),
-                                   "content_block_delta")
-        return event("content_block_start", BlockStart(index, block))
+            self.frame = TextFrame(
+                lambda text: AnthropicBlockDelta(index, AnthropicTextDelta(text)),
+                "content_block_delta")
+        return event("content_block_start", AnthropicBlockStart(index, block))
 
     def text(self, text: str) -> list[bytes]:
         if not text:
@@ -132,23 +133,24 @@ class _Blocks:
         if self.open == "tool_use":
             self.pending.append(text)
             return []
-        out = [] if self.open == "text" else [*self.close(), self.start(TextBlock(""))]
+        out = [] if self.open == "text" else [*self.close(), self.start(AnthropicTextBlock(""))]
         assert self.frame is not None
         out.append(self.frame(text))
         return out
 
     def json(self, piece: str) -> bytes:
         self.args.append(piece)
-        return event("content_block_delta", BlockDelta(self.index, JsonDelta(piece)))
+        return event("content_block_delta",
+                     AnthropicBlockDelta(self.index, AnthropicJsonDelta(piece)))
 
     def tool(self, call_id: str, name: str, arguments: str | None) -> list[bytes]:
-        out = [*self.close(), self.start(ToolUseBlock(call_id, name, {}))]
+        out = [*self.close(), self.start(AnthropicToolUseBlock(call_id, name, {}))]
         return out + [self.json(arguments)] if arguments else out
 
     def _stop(self) -> list[bytes]:
         if self.open is None:
             return []
-        out = event("content_block_stop", BlockStop(self.index))
+        out = event("content_block_stop", AnthropicBlockStop(self.index))
         self.open, self.tool_id, self.index = None, None, self.index + 1
         return [out]
 
@@ -157,7 +159,7 @@ class _Blocks:
         held, self.pending = "".join(self.pending), []
         out = self._stop()
         if held:
-            out += [self.start(TextBlock("")), *self.text(held), *self._stop()]
+            out += [self.start(AnthropicTextBlock("")), *self.text(held), *self._stop()]
         return out
 
     @property
@@ -205,14 +207,14 @@ async def stream(job: ChatJob, scheduler: Scheduler) -> AsyncIterator[bytes]:
     named = chosen.function.name if isinstance(chosen, NamedToolChoice) else None
     try:
         # with the first output, as vLLM (clients time the first token from it)
-        first: bytes | None = event("message_start", MessageStart(MessageHead(
-            answer.id, opts.model, Usage(answer.num_prompt_tokens, 0))))
+        first: bytes | None = event("message_start", AnthropicMessageStart(AnthropicMessageHead(
+            answer.id, opts.model, AnthropicUsage(answer.num_prompt_tokens, 0))))
         async for _, item in answer.outputs():
             if first is not None:
                 yield first
                 first = None
                 if named is not None:  # a named tool's call is the whole answer
-                    yield blocks.start(ToolUseBlock(tools.call_id(), named, {}))
+                    yield blocks.start(AnthropicToolUseBlock(tools.call_id(), named, {}))
             if isinstance(item, TokenDelta):
                 c.take(item)
                 if reader is not None:
@@ -247,7 +249,7 @@ def _end(job: ChatJob, end: JobEnd, blocks: _Blocks, parsed: _Parsed) -> list[by
     out += blocks.close()
     reason, sequence = stop_reason(end.finish_reason or "stop", end.stop_reason,
                                    blocks.tool_used, blocks.tool_complete)
-    out.append(event("message_delta", MessageDelta(StopDelta(reason, sequence),
+    out.append(event("message_delta", AnthropicMessageDelta(AnthropicStopDelta(reason, sequence),
                                                    _usage(job))))
-    out.append(event("message_stop", MessageStop()))
+    out.append(event("message_stop", AnthropicMessageStop()))
     return out

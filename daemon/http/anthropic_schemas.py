@@ -3,11 +3,10 @@
 field (tests/http/test_schemas.py reads its request models).
 
 The request's own fields are checked as strictly as the OpenAI bodies (an unknown one is a
-400 naming it); content blocks and tool definitions are lenient, as in vLLM, because
-Anthropic's clients send fields there that change nothing for a served model
-(`cache_control`, `citations`, ...). Responses and stream events are shaped as vLLM's
-server writes them: a non-streamed message leaves out what is null, an event leaves out
-what vLLM does not set."""
+400 naming it); content blocks are lenient, as in vLLM, because Anthropic's clients send
+fields there that change nothing for a served model (`cache_control`, `citations`, ...).
+Responses and stream events are shaped as vLLM's server writes them: a non-streamed message
+leaves out what is null, an event leaves out what vLLM does not set."""
 
 from __future__ import annotations
 
@@ -27,23 +26,27 @@ class _Body(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class Tool(msgspec.Struct, kw_only=True):
+class AnthropicTool(_Body, kw_only=True):
     name: Annotated[str, msgspec.Meta(min_length=1)]
     description: str | None = None
     input_schema: dict[str, Any]
     strict: bool | None = None
     defer_loading: bool | None = None
+    # Anthropic's, sent by its clients; no meaning for a served model
+    type: Literal["custom"] | None = None
+    cache_control: dict[str, Any] | None = None
 
 
-class ToolReference(msgspec.Struct, kw_only=True, tag="tool_reference", tag_field="type"):
+class AnthropicToolReference(_Body, kw_only=True, tag="tool_reference", tag_field="type"):
     name: str
 
 
-class ToolDefinition(msgspec.Struct, kw_only=True, tag="tool_definition", tag_field="type"):
-    definition: Tool
+class AnthropicToolDefinition(_Body, kw_only=True, tag="tool_definition",
+                              tag_field="type"):
+    definition: AnthropicTool
 
 
-class ContentBlock(msgspec.Struct, kw_only=True):
+class AnthropicContentBlock(msgspec.Struct, kw_only=True):
     """One block of a message (or of the system prompt): every kind vLLM takes."""
 
     type: BlockType
@@ -59,60 +62,61 @@ class ContentBlock(msgspec.Struct, kw_only=True):
     thinking: str | None = None
     signature: str | None = None
     data: str | None = None  # redacted_thinking
-    tool: ToolReference | ToolDefinition | None = None  # tool_addition, tool_removal
+    # tool_addition, tool_removal
+    tool: AnthropicToolReference | AnthropicToolDefinition | None = None
 
 
-class Message(msgspec.Struct, kw_only=True):
+class AnthropicMessage(_Body, kw_only=True):
     role: Literal["user", "assistant", "system"]
-    content: str | list[ContentBlock]
+    content: str | list[AnthropicContentBlock]
 
 
-class ToolChoice(_Body, kw_only=True):
+class AnthropicToolChoice(_Body, kw_only=True):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
 
 
-class JsonOutputFormat(_Body, kw_only=True):
+class AnthropicJsonOutputFormat(_Body, kw_only=True):
     type: Literal["json_schema"] = "json_schema"
     schema: dict[str, Any] | None = None
 
 
-class OutputConfig(_Body, kw_only=True):
+class AnthropicOutputConfig(_Body, kw_only=True):
     effort: Effort | None = None
-    format: JsonOutputFormat | None = None
+    format: AnthropicJsonOutputFormat | None = None
 
 
-class ThinkingEnabled(_Body, kw_only=True, tag="enabled", tag_field="type"):
+class AnthropicThinkingEnabled(_Body, kw_only=True, tag="enabled", tag_field="type"):
     budget_tokens: Annotated[int, msgspec.Meta(ge=1024)]
     display: Literal["summarized", "omitted", "updates"] | None = None  # ignored, as vLLM
 
 
-class ThinkingDisabled(_Body, kw_only=True, tag="disabled", tag_field="type"):
+class AnthropicThinkingDisabled(_Body, kw_only=True, tag="disabled", tag_field="type"):
     pass
 
 
-class ThinkingAdaptive(_Body, kw_only=True, tag="adaptive", tag_field="type"):
+class AnthropicThinkingAdaptive(_Body, kw_only=True, tag="adaptive", tag_field="type"):
     display: Literal["summarized", "omitted", "updates"] | None = None
 
 
-Thinking = ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive
+Thinking = AnthropicThinkingEnabled | AnthropicThinkingDisabled | AnthropicThinkingAdaptive
 
 
-class _Prompt(_Body, kw_only=True):
+class AnthropicPrompt(_Body, kw_only=True):
     """What both endpoints render into the chat template's prompt."""
 
     model: Annotated[str, msgspec.Meta(min_length=1)]
-    messages: list[Message]
-    system: str | list[ContentBlock] | None = None
-    tools: list[Tool] | None = None
-    tool_choice: ToolChoice | None = None
+    messages: list[AnthropicMessage]
+    system: str | list[AnthropicContentBlock] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: AnthropicToolChoice | None = None
     thinking: Thinking | None = None
-    output_config: OutputConfig | None = None
+    output_config: AnthropicOutputConfig | None = None
     chat_template_kwargs: dict[str, Any] | None = None  # vLLM's
 
 
-class MessagesRequest(_Prompt, kw_only=True):
+class AnthropicMessagesRequest(AnthropicPrompt, kw_only=True):
     max_tokens: Annotated[int, msgspec.Meta(ge=1)]
     stop_sequences: list[StopString] | None = None
     stream: bool | None = False
@@ -133,31 +137,32 @@ class MessagesRequest(_Prompt, kw_only=True):
     service_tier: str | None = None  # Anthropic's; changes nothing
 
 
-class CountTokensRequest(_Prompt, kw_only=True):
+class AnthropicCountTokensRequest(AnthropicPrompt, kw_only=True):
     pass
 
 
 # ---- responses ---------------------------------------------------------------------------
 
-class Usage(msgspec.Struct):
+class AnthropicUsage(msgspec.Struct):
     input_tokens: int
     output_tokens: int
 
 
-class TextBlock(msgspec.Struct, tag="text", tag_field="type"):
+class AnthropicTextBlock(msgspec.Struct, tag="text", tag_field="type"):
     text: str
 
 
-class ToolUseBlock(msgspec.Struct, tag="tool_use", tag_field="type"):
+class AnthropicToolUseBlock(msgspec.Struct, tag="tool_use", tag_field="type"):
     id: str
     name: str
     input: dict[str, Any]
 
 
-OutBlock = TextBlock | ToolUseBlock
+OutBlock = AnthropicTextBlock | AnthropicToolUseBlock
 
 
-class MessageOut(msgspec.Struct, omit_defaults=True, tag="message", tag_field="type"):
+class AnthropicMessagesResponse(msgspec.Struct, omit_defaults=True, tag="message",
+                                tag_field="type"):
     """A whole answer (vLLM drops its null fields)."""
 
     id: str
@@ -166,76 +171,76 @@ class MessageOut(msgspec.Struct, omit_defaults=True, tag="message", tag_field="t
     model: str
     stop_reason: StopReason | None = None
     stop_sequence: str | None = None
-    usage: Usage | None = None
+    usage: AnthropicUsage | None = None
 
 
-class MessageHead(msgspec.Struct, tag="message", tag_field="type"):
+class AnthropicMessageHead(msgspec.Struct, tag="message", tag_field="type"):
     """message_start's message: nulls written out (strict clients read them)."""
 
     id: str
     model: str
-    usage: Usage
+    usage: AnthropicUsage
     role: str = "assistant"
     content: list[OutBlock] = []
     stop_reason: StopReason | None = None
     stop_sequence: str | None = None
 
 
-class MessageStart(msgspec.Struct, tag="message_start", tag_field="type"):
-    message: MessageHead
+class AnthropicMessageStart(msgspec.Struct, tag="message_start", tag_field="type"):
+    message: AnthropicMessageHead
 
 
-class BlockStart(msgspec.Struct, tag="content_block_start", tag_field="type"):
+class AnthropicBlockStart(msgspec.Struct, tag="content_block_start", tag_field="type"):
     index: int
     content_block: OutBlock
 
 
-class TextDelta(msgspec.Struct, tag="text_delta", tag_field="type"):
+class AnthropicTextDelta(msgspec.Struct, tag="text_delta", tag_field="type"):
     text: str
 
 
-class JsonDelta(msgspec.Struct, tag="input_json_delta", tag_field="type"):
+class AnthropicJsonDelta(msgspec.Struct, tag="input_json_delta", tag_field="type"):
     partial_json: str
 
 
-class BlockDelta(msgspec.Struct, tag="content_block_delta", tag_field="type"):
+class AnthropicBlockDelta(msgspec.Struct, tag="content_block_delta", tag_field="type"):
     index: int
-    delta: TextDelta | JsonDelta
+    delta: AnthropicTextDelta | AnthropicJsonDelta
 
 
-class BlockStop(msgspec.Struct, tag="content_block_stop", tag_field="type"):
+class AnthropicBlockStop(msgspec.Struct, tag="content_block_stop", tag_field="type"):
     index: int
 
 
-class StopDelta(msgspec.Struct):
+class AnthropicStopDelta(msgspec.Struct):
     stop_reason: StopReason | None
     stop_sequence: str | None
 
 
-class MessageDelta(msgspec.Struct, tag="message_delta", tag_field="type"):
-    delta: StopDelta
-    usage: Usage
+class AnthropicMessageDelta(msgspec.Struct, tag="message_delta", tag_field="type"):
+    delta: AnthropicStopDelta
+    usage: AnthropicUsage
 
 
-class MessageStop(msgspec.Struct, tag="message_stop", tag_field="type"):
+class AnthropicMessageStop(msgspec.Struct, tag="message_stop", tag_field="type"):
     pass
 
 
-class ErrorInfo(msgspec.Struct):
+class AnthropicError(msgspec.Struct):
     type: str
     message: str
 
 
-class ErrorBody(msgspec.Struct, tag="error", tag_field="type"):
+class AnthropicErrorResponse(msgspec.Struct, tag="error", tag_field="type"):
     """Anthropic's error shape, as a body and as a stream's `error` event."""
 
-    error: ErrorInfo
+    error: AnthropicError
 
 
-class ContextManagement(msgspec.Struct):
+class AnthropicContextManagement(msgspec.Struct):
     original_input_tokens: int
 
 
-class CountTokensResult(msgspec.Struct):
+class AnthropicCountTokensResponse(msgspec.Struct):
     input_tokens: int
-    context_management: ContextManagement
+    context_management: AnthropicContextManagement

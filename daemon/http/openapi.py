@@ -8,6 +8,14 @@ from typing import Any
 import msgspec
 
 from daemon.config import LimitsConfig
+from daemon.http.anthropic_schemas import (
+    AnthropicCountTokensRequest,
+    AnthropicCountTokensResponse,
+    AnthropicErrorResponse,
+    AnthropicMessagesRequest,
+    AnthropicMessagesResponse,
+)
+from daemon.http.prompt_render import Rendered
 from daemon.http.responses import (
     ChatCompletion,
     Completion,
@@ -39,33 +47,36 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF.format(name=name)}
 
 
-def _responses(ok: str, stream: bool) -> dict[str, Any]:
-    content: dict[str, Any] = {"application/json": {"schema": _ref(ok)}}
+def _responses(ok: dict[str, Any], stream: bool, error: str) -> dict[str, Any]:
+    content: dict[str, Any] = {"application/json": {"schema": ok}}
     if stream:  # "stream": true answers with server-sent events
         content["text/event-stream"] = {"schema": {"type": "string"}}
     out: dict[str, Any] = {"200": {"description": "OK", "content": content}}
     for code, text in _ERRORS.items():
         out[code] = {"description": text,
-                     "content": {"application/json": {"schema": _ref("ErrorBody")}}}
+                     "content": {"application/json": {"schema": _ref(error)}}}
     return out
 
 
-def _post(request: str, ok: str) -> dict[str, Any]:
+def _post(request: str, ok: str, stream: bool = True, error: str = "ErrorBody",
+          many: bool = False) -> dict[str, Any]:
+    """A POST of `request` answered with `ok` (a list of them: `many`), errors in `error`'s
+    shape."""
+    answer = {"type": "array", "items": _ref(ok)} if many else _ref(ok)
     return {"post": {"requestBody": {"required": True, "content": {
         "application/json": {"schema": _ref(request)}}},
-        "responses": _responses(ok, stream=True)}}
+        "responses": _responses(answer, stream, error)}}
 
 
 def _post_json(request: str, ok: str) -> dict[str, Any]:
-    return {"post": {"requestBody": {"required": True, "content": {
-        "application/json": {"schema": _ref(request)}}},
-        "responses": _responses(ok, stream=False)}}
+    return _post(request, ok, stream=False)
 
 
-def _get(ok: str | None) -> dict[str, Any]:
+def _get(ok: str | None, methods: tuple[str, ...] = ("get",)) -> dict[str, Any]:
     content = {"application/json": {"schema": _ref(ok) if ok else {"type": "object"}}}
-    return {"get": {"responses": {"200": {"description": "OK", "content": content},
-                                  "503": {"description": "Not serving", "content": content}}}}
+    answer = {"responses": {"200": {"description": "OK", "content": content},
+                            "503": {"description": "Not serving", "content": content}}}
+    return dict.fromkeys(methods, answer)
 
 
 def document(model_name: str, limits: LimitsConfig) -> dict[str, Any]:
@@ -73,12 +84,16 @@ def document(model_name: str, limits: LimitsConfig) -> dict[str, Any]:
     _, components = msgspec.json.schema_components(
         [ChatCompletionRequest, CompletionRequest, ChatCompletion, Completion, ModelList,
          ErrorBody, TokenizeRequest, TokenizeResult, DetokenizeRequest, DetokenizeResult,
-         Version], ref_template=_REF)
-    for name in ("ChatCompletionRequest", "CompletionRequest"):
+         Version, AnthropicMessagesRequest, AnthropicMessagesResponse,
+         AnthropicCountTokensRequest, AnthropicCountTokensResponse, AnthropicErrorResponse,
+         Rendered], ref_template=_REF)
+    for name in ("ChatCompletionRequest", "CompletionRequest", "AnthropicMessagesRequest"):
         fields = components[name]["properties"]
         fields["model"] = {"type": "string", "enum": [model_name]}
         fields["priority"] = {"type": "integer", "default": 0, "minimum": limits.priority_min,
                               "maximum": limits.priority_max}
+    components["AnthropicCountTokensRequest"]["properties"]["model"] = {
+        "type": "string", "enum": [model_name]}
     for schema in components.values():  # unknown request fields are refused
         if schema.get("type") == "object" and schema["title"].endswith((
                 "Request", "Message", "Options", "Tool", "ToolChoice", "Outputs",
@@ -87,16 +102,25 @@ def document(model_name: str, limits: LimitsConfig) -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "lengthwise", "version": "0.1.0",
-                 "description": "OpenAI-compatible chat and completions, length-aware "
-                                "scheduling"},
+                 "description": "OpenAI-compatible chat and completions and Anthropic's "
+                                "Messages API, length-aware scheduling"},
         "paths": {
             "/v1/chat/completions": _post("ChatCompletionRequest", "ChatCompletion"),
             "/v1/completions": _post("CompletionRequest", "Completion"),
+            "/v1/messages": _post("AnthropicMessagesRequest", "AnthropicMessagesResponse",
+                                  error="AnthropicErrorResponse"),
+            "/v1/messages/count_tokens": _post(
+                "AnthropicCountTokensRequest", "AnthropicCountTokensResponse", stream=False,
+                error="AnthropicErrorResponse"),
+            "/v1/chat/completions/render": _post_json("ChatCompletionRequest", "Rendered"),
+            "/v1/completions/render": _post("CompletionRequest", "Rendered", stream=False,
+                                            many=True),
             "/v1/models": _get("ModelList"),
             "/tokenize": _post_json("TokenizeRequest", "TokenizeResult"),
             "/detokenize": _post_json("DetokenizeRequest", "DetokenizeResult"),
             "/version": _get("Version"),
             "/health": _get(None),
+            "/ping": _get(None, ("get", "post")),  # /health's answer
         },
         "components": {"schemas": components},
     }

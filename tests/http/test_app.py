@@ -61,6 +61,33 @@ async def test_not_ready_until_engines_start(client: tuple[httpx.AsyncClient, Se
 
 
 @pytest.mark.asyncio
+async def test_ping_is_health_by_get_and_post(client: tuple[httpx.AsyncClient, Service]
+                                              ) -> None:
+    """vLLM's and SageMaker's liveness path answers as /health does."""
+    http, service = client
+    for method in ("GET", "POST"):
+        assert (await http.request(method, "/ping")).status_code == 503
+    await service.start()
+    for method in ("GET", "POST"):
+        response = await http.request(method, "/ping")
+        assert (response.status_code, response.json()) == (200, {"status": "ok"})
+
+
+@pytest.mark.asyncio
+async def test_openapi_covers_every_route(client: tuple[httpx.AsyncClient, Service]) -> None:
+    """Each route and method the app serves is in /openapi.json (but the document itself
+    and /metrics, which is Prometheus text)."""
+    http, _ = client
+    doc = (await http.get("/openapi.json")).json()
+    app = http._transport.app  # type: ignore[attr-defined]  # the fixture's ASGI app
+    served = {(route.path, method.lower()) for route in app.routes
+              for method in route.methods or () if method != "HEAD"}
+    documented = {(path, method) for path, item in doc["paths"].items() for method in item}
+    assert served - documented == {("/openapi.json", "get"), ("/metrics", "get")}
+    assert documented <= served
+
+
+@pytest.mark.asyncio
 async def test_chat_stream_shape(client: tuple[httpx.AsyncClient, Service]) -> None:
     http, service = client
     await service.start()

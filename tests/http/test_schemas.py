@@ -1,12 +1,22 @@
 """vLLM's request models are the contract: every field the installed vLLM's OpenAI server
-declares on /v1/chat/completions, /v1/completions, /tokenize and /detokenize is a field
-here (read from vLLM's pydantic classes, so a vLLM upgrade that adds one fails this test)."""
+declares on /v1/chat/completions, /v1/completions, /tokenize and /detokenize, and its
+Anthropic server on /v1/messages and /v1/messages/count_tokens (with their messages, content
+blocks, tools and tool choice), is a field here (read from vLLM's pydantic classes, so a
+vLLM upgrade that adds one fails this test)."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
+from daemon.http.anthropic_schemas import (
+    AnthropicContentBlock,
+    AnthropicCountTokensRequest,
+    AnthropicMessage,
+    AnthropicMessagesRequest,
+    AnthropicTool,
+    AnthropicToolChoice,
+)
 from daemon.http.schemas import (
     REFUSED,
     ChatCompletionRequest,
@@ -14,6 +24,8 @@ from daemon.http.schemas import (
     DetokenizeRequest,
     TokenizeRequest,
 )
+
+ANTHROPIC = "vllm.entrypoints.anthropic.protocol"
 
 
 def _vllm_fields(module: str, name: str) -> set[str]:
@@ -34,6 +46,12 @@ def _ours(kind: type[msgspec.Struct]) -> set[str]:
     ("vllm.entrypoints.serve.tokenize.protocol", "TokenizeCompletionRequest", TokenizeRequest),
     ("vllm.entrypoints.serve.tokenize.protocol", "TokenizeChatRequest", TokenizeRequest),
     ("vllm.entrypoints.serve.tokenize.protocol", "DetokenizeRequest", DetokenizeRequest),
+    (ANTHROPIC, "AnthropicMessagesRequest", AnthropicMessagesRequest),
+    (ANTHROPIC, "AnthropicCountTokensRequest", AnthropicCountTokensRequest),
+    (ANTHROPIC, "AnthropicMessage", AnthropicMessage),
+    (ANTHROPIC, "AnthropicContentBlock", AnthropicContentBlock),
+    (ANTHROPIC, "AnthropicTool", AnthropicTool),
+    (ANTHROPIC, "AnthropicToolChoice", AnthropicToolChoice),
 ])
 def test_every_field_vllm_accepts_is_declared(module: str, name: str,
                                                ours: type[msgspec.Struct]) -> None:

@@ -8,7 +8,11 @@ number of concurrent streams, every answer forced to the same length) and reads 
 process's CPU seconds (the root of the server's process tree, not its engine children)
 around the run. Alternations repeat the pair in opposite orders; the report is the median.
 
-    python -m bench.frontcpu --out /tmp/frontcpu --alternations 3 [--py-spy]
+    python -m bench.frontcpu --out /tmp/frontcpu --alternations 3 [--py-spy] \
+        [--routes chat,messages]
+
+`--routes messages` drives Anthropic's /v1/messages streams instead (bench.messages_client:
+vLLM's bench client has no Messages backend), on the same server start as chat's.
 
 With --py-spy the front process is sampled during the run and its samples are split by who
 spent them (vLLM's output processing, the core, SSE encoding, the HTTP server, the event
@@ -64,6 +68,7 @@ class Run(msgspec.Struct, frozen=True):
     output_tok_s: float
     completed: int
     failed: int
+    route: str = "chat"  # chat: /v1/chat/completions; messages: /v1/messages
 
     @property
     def front_us_per_token(self) -> float:
@@ -104,47 +109,70 @@ def _client(base_url: str, model: Path, dataset: Path, result: Path, requests: i
             "--result-dir", str(result.parent), "--result-filename", result.name]
 
 
-def run_one(spec: str, settings: Settings, args: argparse.Namespace, k: int) -> Run:
+def _messages_client(base_url: str, result: Path, requests: int, streams: int,
+                     tokens: int) -> list[str]:
+    return [sys.executable, "-m", "bench.messages_client", "--base-url", base_url,
+            "--model", served_model(base_url), "--requests", str(requests),
+            "--streams", str(streams), "--tokens", str(tokens), "--result", str(result)]
+
+
+def _drive(route: str, base_url: str, args: argparse.Namespace, work: Path, name: str,
+           requests: int, tokens: int) -> Path:
+    """One client run on `route` (its log in work/client.log); its saved result."""
+    result = work / f"{name}.json"
+    if route == "messages":
+        command = _messages_client(base_url, result, requests, args.streams, tokens)
+    else:
+        dataset = work / f"{name}.jsonl"
+        _dataset(dataset, requests, tokens)
+        command = _client(base_url, args.model, dataset, result, requests, args.streams)
+    with open(work / "client.log", "a") as log:
+        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
+    return result
+
+
+def _measure(route: str, spec: str, server: Server, args: argparse.Namespace, work: Path,
+             k: int) -> Run:
+    front = psutil.Process(server.proc.pid)
+    spy = None
+    if args.py_spy:
+        spy = subprocess.Popen(
+            [str(Path(sys.executable).parent / "py-spy"), "record", "--pid",
+             str(front.pid), "--format", "raw", "--rate", "200", "--nonblocking",
+             "--output", str(work / f"front-{route}.folded")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+    meter = CpuMeter(server.proc.pid)
+    front0, engine0, t0 = _cpu_s(front), _children_s(front), time.monotonic()
+    result = _drive(route, server.base_url, args, work, f"result-{route}", args.requests,
+                    args.tokens)
+    wall = time.monotonic() - t0
+    front_s, engine_s = _cpu_s(front) - front0, _children_s(front) - engine0
+    share = meter.stop()
+    if spy is not None:
+        spy.send_signal(2)  # SIGINT: py-spy writes its file and exits
+        spy.wait(timeout=60)
+    saved = json.loads(result.read_text())
+    return Run(system=spec, alternation=k, output_tokens=int(saved["total_output_tokens"]),
+               wall_s=wall, front_cpu_s=front_s, engine_cpu_s=engine_s,
+               other_cores=share.other_cores,
+               output_tok_s=float(saved["output_throughput"]),
+               completed=int(saved["completed"]), failed=int(saved.get("failed", 0)),
+               route=route)
+
+
+def run_one(spec: str, settings: Settings, args: argparse.Namespace, k: int) -> list[Run]:
+    """One server start: each route warmed up, then measured (routes in turn, their order
+    alternating with k)."""
     work = args.out / f"{spec.replace(':', '-')}-{k}"
     work.mkdir(parents=True, exist_ok=True)
     server = Server(parse_system(spec), settings, work)
+    routes = args.routes if k % 2 == 0 else args.routes[::-1]
     try:
         server.wait_ready()
-        front = psutil.Process(server.proc.pid)
-        warm, dataset = work / "warm.jsonl", work / "data.jsonl"
-        _dataset(warm, args.streams, 16)
-        _dataset(dataset, args.requests, args.tokens)
-        with open(work / "client.log", "w") as log:  # warm-up: compile paths, fill caches
-            subprocess.run(_client(server.base_url, args.model, warm, work / "warm.json",
-                                   args.streams, args.streams), stdout=log,
-                           stderr=subprocess.STDOUT, check=True)
-        spy = None
-        if args.py_spy:
-            spy = subprocess.Popen(
-                [str(Path(sys.executable).parent / "py-spy"), "record", "--pid",
-                 str(front.pid), "--format", "raw", "--rate", "200", "--nonblocking",
-                 "--output", str(work / "front.folded")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(1.0)
-        meter = CpuMeter(server.proc.pid)
-        front0, engine0, t0 = _cpu_s(front), _children_s(front), time.monotonic()
-        result = work / "result.json"
-        with open(work / "client.log", "a") as log:
-            subprocess.run(_client(server.base_url, args.model, dataset, result,
-                                   args.requests, args.streams),
-                           stdout=log, stderr=subprocess.STDOUT, check=True)
-        wall = time.monotonic() - t0
-        front_s, engine_s = _cpu_s(front) - front0, _children_s(front) - engine0
-        share = meter.stop()
-        if spy is not None:
-            spy.send_signal(2)  # SIGINT: py-spy writes its file and exits
-            spy.wait(timeout=60)
-        saved = json.loads(result.read_text())
-        return Run(system=spec, alternation=k, output_tokens=int(saved["total_output_tokens"]),
-                   wall_s=wall, front_cpu_s=front_s, engine_cpu_s=engine_s,
-                   other_cores=share.other_cores,
-                   output_tok_s=float(saved["output_throughput"]),
-                   completed=int(saved["completed"]), failed=int(saved.get("failed", 0)))
+        for route in routes:  # warm-up: compile paths, fill caches
+            _drive(route, server.base_url, args, work, f"warm-{route}", args.streams, 16)
+        return [_measure(route, spec, server, args, work, k) for route in routes]
     finally:
         server.stop()
 
@@ -171,35 +199,50 @@ def breakdown(folded: Path) -> dict[str, float]:
 def report(runs: list[Run], args: argparse.Namespace) -> None:
     print(f"\nfront CPU per streamed token ({args.streams} streams x {args.tokens} tokens, "
           f"{args.requests} requests, max_num_seqs {args.max_num_seqs}, {args.model.name}):")
-    print(f"{'system':<20} {'us/token median':>16} {'(min-max)':>16} {'out tok/s median':>17}"
-          f" {'engine cores':>13} {'other cores':>12}")
-    medians: dict[str, tuple[float, float]] = {}
-    for spec in args.systems:
-        mine = [r for r in runs if r.system == spec]
-        us = [r.front_us_per_token for r in mine]
-        tps = [r.output_tok_s for r in mine]
-        medians[spec] = (statistics.median(us), statistics.median(tps))
-        print(f"{spec:<20} {medians[spec][0]:>16.1f} {f'({min(us):.1f}-{max(us):.1f})':>16}"
-              f" {medians[spec][1]:>17.0f}"
-              f" {statistics.median(r.engine_cpu_s / r.wall_s for r in mine):>13.2f}"
-              f" {max(r.other_cores for r in mine):>12.2f}")
+    print(f"{'system':<20} {'route':<9} {'us/token median':>16} {'(min-max)':>16} "
+          f"{'out tok/s median':>17} {'engine cores':>13} {'other cores':>12}")
+    medians: dict[tuple[str, str], tuple[float, float]] = {}
+    for route in args.routes:
+        for spec in args.systems:
+            mine = [r for r in runs if r.system == spec and r.route == route]
+            us = [r.front_us_per_token for r in mine]
+            tps = [r.output_tok_s for r in mine]
+            medians[spec, route] = (statistics.median(us), statistics.median(tps))
+            print(f"{spec:<20} {route:<9} {medians[spec, route][0]:>16.1f} "
+                  f"{f'({min(us):.1f}-{max(us):.1f})':>16} {medians[spec, route][1]:>17.0f}"
+                  f" {statistics.median(r.engine_cpu_s / r.wall_s for r in mine):>13.2f}"
+                  f" {max(r.other_cores for r in mine):>12.2f}")
     if len(args.systems) == 2:
-        (a, (us_a, tps_a)), (b, (us_b, tps_b)) = medians.items()
-        print(f"{b} / {a}: CPU per token {us_b / us_a:.2f}x, output tokens/s "
-              f"{tps_b / tps_a:.2f}x")
+        a, b = args.systems
+        for route in args.routes:
+            (us_a, tps_a), (us_b, tps_b) = medians[a, route], medians[b, route]
+            print(f"{route}: {b} / {a}: CPU per token {us_b / us_a:.2f}x, output tokens/s "
+                  f"{tps_b / tps_a:.2f}x")
+    if len(args.routes) == 2:
+        first, second = args.routes
+        for spec in args.systems:
+            print(f"{spec}: {second} / {first} CPU per token "
+                  f"{medians[spec, second][0] / medians[spec, first][0]:.2f}x")
     if args.py_spy:
+        _report_parts(args, medians)
+
+
+def _report_parts(args: argparse.Namespace, medians: dict[tuple[str, str], tuple[float, float]]
+                  ) -> None:
+    for route in args.routes:
         for spec in args.systems:
             shares: dict[str, list[float]] = {}
             for k in range(args.alternations):
-                folded = args.out / f"{spec.replace(':', '-')}-{k}" / "front.folded"
+                folded = args.out / f"{spec.replace(':', '-')}-{k}" / f"front-{route}.folded"
                 if folded.exists():
                     for name, share in breakdown(folded).items():
                         shares.setdefault(name, []).append(share)
             if shares:
-                us = medians[spec][0]
+                us = medians[spec, route][0]
                 parts = ", ".join(f"{name} {statistics.median(v) * us:.1f} us"
                                   for name, v in shares.items())
-                print(f"{spec} front CPU by part (samples' share x median us/token): {parts}")
+                print(f"{spec} {route} front CPU by part (samples' share x median us/token): "
+                      f"{parts}")
 
 
 def main(argv: list[str]) -> int:
@@ -214,19 +257,22 @@ def main(argv: list[str]) -> int:
     p.add_argument("--requests", type=int, default=256)
     p.add_argument("--alternations", type=int, default=3)
     p.add_argument("--py-spy", action="store_true", help="sample the front process")
+    p.add_argument("--routes", default="chat",
+                   help="comma list: chat (/v1/chat/completions), messages (/v1/messages)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     args.systems = args.systems.split(",")
+    args.routes = args.routes.split(",")
     settings = Settings(model=args.model, max_num_seqs=args.max_num_seqs, trust_budget=False)
     runs: list[Run] = []
     for k in range(args.alternations):
         order = args.systems if k % 2 == 0 else args.systems[::-1]
         for spec in order:
-            run = run_one(spec, settings, args, k)
-            runs.append(run)
-            print(f"[{k}] {spec}: {run.front_us_per_token:.1f} us/token, "
-                  f"{run.output_tok_s:.0f} tok/s, {run.completed} ok, {run.failed} failed, "
-                  f"other cores {run.other_cores:.2f}", flush=True)
+            for run in run_one(spec, settings, args, k):
+                runs.append(run)
+                print(f"[{k}] {spec} {run.route}: {run.front_us_per_token:.1f} us/token, "
+                      f"{run.output_tok_s:.0f} tok/s, {run.completed} ok, {run.failed} "
+                      f"failed, other cores {run.other_cores:.2f}", flush=True)
     (args.out / "runs.json").write_bytes(msgspec.json.encode(runs))
     report(runs, args)
     return 0

@@ -8,7 +8,9 @@ tokens); and, for one long streamed answer, preempted for a shorter request (ali
 resumed.
 
 The two servers run one after the other (two engines at once are too heavy for 2 cores):
-vLLM's first, then the daemon, which switches policy by reload. The tiny random model's
+vLLM's first, then the daemon, which switches policy by reload. They serve other routes'
+suites in the same run (this module is one; tests/integration/test_differential_messages.py
+another): the session's `answers` fixture (conftest.py) collects them all. The tiny random model's
 distribution is nearly flat (logprobs about -9.8 everywhere, near-ties everywhere), so a
 lost or repeated token, a flipped argmax or a logprob off by more than rounding shows."""
 
@@ -16,10 +18,10 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import msgspec
@@ -105,13 +107,30 @@ TOLERANCE = 1e-3
 
 
 class Answers(msgspec.Struct):
+    """Every suite's answers by case name (the long ones by suite name)."""
+
     reference: dict[str, Any]  # vLLM's server
     whole: dict[str, Any]  # lengthwise, fcfs: no preemption
     cut: dict[str, Any]  # lengthwise, scls slices: stopped and resumed every 4 tokens
     resumes: float  # the daemon's resumes during the sliced run
-    long_reference: dict[str, Any]  # vLLM's server, LONG
+    long_reference: dict[str, Any]  # vLLM's server, each suite's LONG
     long_preempted: dict[str, Any]  # lengthwise, alise: LONG preempted by a short request
     preemptions: float  # the daemon's preemptions
+
+
+class Suite(Protocol):
+    """A module of cases for this run (this one, or another route's): its requests, how to
+    send one and read its answer (merging a stream), its long request to preempt."""
+
+    NAME: str
+    CASES: dict[str, tuple[str, dict[str, Any]]]
+    LONG: tuple[str, dict[str, Any]]
+
+    def call(self, client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        ...
+
+    def merge(self, lines: Iterator[str]) -> dict[str, Any]:
+        ...
 
 
 def _body(body: dict[str, Any], stop_id: int) -> dict[str, Any]:
@@ -165,10 +184,16 @@ def _call(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, An
         return _merge_stream(response.iter_lines())
 
 
-def _run_all(base_url: str, stop_id: int) -> dict[str, Any]:
+# This module as a suite (the run's first).
+NAME = "chat"
+call = _call
+merge = _merge_stream
+
+
+def _run_all(base_url: str, stop_id: int, suites: Sequence[Suite]) -> dict[str, Any]:
     with httpx.Client(base_url=base_url, timeout=120) as client:
-        return {name: _call(client, path, _body(body, stop_id))
-                for name, (path, body) in CASES.items()}
+        return {name: suite.call(client, path, _body(body, stop_id))
+                for suite in suites for name, (path, body) in suite.CASES.items()}
 
 
 def _stop_id(base_url: str) -> int:
@@ -182,8 +207,9 @@ def _stop_id(base_url: str) -> int:
     return int(ids[pick])
 
 
-def _preempted(base_url: str) -> dict[str, Any]:
-    """LONG, with a short request sent once it is under way (alise preempts LONG for it)."""
+def _preempted(base_url: str, suite: Suite) -> dict[str, Any]:
+    """The suite's LONG, with a short request sent once it is under way (alise preempts
+    LONG for it)."""
     started = threading.Event()
 
     def lines(source: Iterator[str]) -> Iterator[str]:
@@ -193,11 +219,11 @@ def _preempted(base_url: str) -> dict[str, Any]:
             yield line
 
     def long() -> dict[str, Any]:
-        path, body = LONG
+        path, body = suite.LONG
         with httpx.Client(base_url=base_url, timeout=120) as client, \
                 client.stream("POST", path, json={"model": "tiny-llama", **body}) as response:
             assert response.status_code == 200, response.read()
-            return _merge_stream(lines(response.iter_lines()))
+            return suite.merge(lines(response.iter_lines()))
 
     with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=base_url, timeout=120) as client:
         answer = pool.submit(long)
@@ -206,30 +232,32 @@ def _preempted(base_url: str) -> dict[str, Any]:
         return answer.result(timeout=120)
 
 
-@pytest.fixture(scope="module")
-def answers(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Answers:
-    folder = tmp_path_factory.mktemp("differential")
-    flags = ("--enable-auto-tool-choice", "--tool-call-parser", PARSER)
-    vllm = Server(parse_system("vllm"), Settings(model=tiny_model, dtype="float32",
+def collect(folder: Path, model: Path, suites: Sequence[Suite]) -> Answers:
+    """Every suite's cases on vLLM's server, then on the daemon (whole, sliced) and each
+    suite's LONG preempted: one vLLM server and one daemon for them all (the session's
+    `answers` fixture, tests/integration/conftest.py)."""
+    flags = ("--enable-auto-tool-choice", "--tool-call-parser", PARSER,
+             "--enable-scale-out")  # the render endpoints (lengthwise always serves them)
+    vllm = Server(parse_system("vllm"), Settings(model=model, dtype="float32",
                                                  vllm_flags=flags), folder)
     try:
         vllm.wait_ready()
         stop_id = _stop_id(vllm.base_url)
-        reference = _run_all(vllm.base_url, stop_id)
+        reference = _run_all(vllm.base_url, stop_id, suites)
         with httpx.Client(base_url=vllm.base_url, timeout=120) as client:
-            long_reference = _call(client, *LONG)
+            long_reference = {s.NAME: s.call(client, *s.LONG) for s in suites}
     finally:
         vllm.stop()
     # the policies' tuning is a benchmark knob
-    with running_daemon(folder, tiny_model, BENCH_KNOBS, dtype="float32", max_running=1,
+    with running_daemon(folder, model, BENCH_KNOBS, dtype="float32", max_running=1,
                         tool_call_parser=PARSER, extra=EXTRA) as daemon:
-        whole = _run_all(daemon.base_url, stop_id)
+        whole = _run_all(daemon.base_url, stop_id, suites)
         before = daemon.metric("lengthwise_resume_total")
         daemon.reload_policy("scls")
-        cut = _run_all(daemon.base_url, stop_id)
+        cut = _run_all(daemon.base_url, stop_id, suites)
         resumes = daemon.metric("lengthwise_resume_total") - before
         daemon.reload_policy("alise")
-        long_preempted = _preempted(daemon.base_url)
+        long_preempted = {s.NAME: _preempted(daemon.base_url, s) for s in suites}
         preemptions = daemon.metric("lengthwise_preemptions_total")
     return Answers(reference, whole, cut, resumes, long_reference, long_preempted,
                    preemptions)
@@ -270,8 +298,8 @@ def test_the_sliced_answers_were_resumed(answers: Answers) -> None:
 
 
 def test_the_same_answer_when_preempted_for_a_shorter_request(answers: Answers) -> None:
-    assert answers.preemptions >= 1
-    assert differences(answers.long_reference, answers.long_preempted) == []
+    assert answers.preemptions >= len(answers.long_preempted)
+    assert differences(answers.long_reference[NAME], answers.long_preempted[NAME]) == []
 
 
 def test_auto_tool_choice_calls_come_whole_and_as_incremental_deltas(answers: Answers

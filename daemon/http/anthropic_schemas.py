@@ -123,7 +123,13 @@ class AnthropicMessagesRequest(AnthropicPrompt, kw_only=True):
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
     top_p: TopP | None = None
     top_k: Annotated[int, msgspec.Meta(ge=-1)] | None = None
-    metadata: dict[str, Any] | None = None  # Anthropic's; changes nothing
+    # Anthropic's, sent by its client where asked; no meaning for a served model (as vLLM,
+    # which ignores every field it does not know)
+    metadata: dict[str, Any] | None = None
+    cache_control: dict[str, Any] | None = None
+    service_tier: str | None = None
+    inference_geo: str | None = None
+    speed: str | None = None
     # vLLM's extensions
     cache_salt: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
     watermarking: bool | None = None
@@ -134,7 +140,6 @@ class AnthropicMessagesRequest(AnthropicPrompt, kw_only=True):
     return_mm_kwargs: bool | None = None
     # lengthwise's, as on the OpenAI routes: lower is more urgent
     priority: Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] = 0
-    service_tier: str | None = None  # Anthropic's; changes nothing
 
 
 class AnthropicCountTokensRequest(AnthropicPrompt, kw_only=True):

@@ -260,7 +260,8 @@ async def test_a_named_tool_streams_its_input_and_a_cut_one_is_refused_whole(
 async def test_a_whole_message(http: httpx.AsyncClient) -> None:
     response = await http.post("/v1/messages", json={
         "model": MODEL, "max_tokens": 3, "metadata": {"user_id": "u"},
-        "messages": [{"role": "user", "content": "hi"}]})
+        "cache_control": {"type": "ephemeral"}, "service_tier": "auto", "speed": "standard",
+        "inference_geo": "us", "messages": [{"role": "user", "content": "hi"}]})
     body = response.json()
     assert response.status_code == 200 and response.headers["x-request-id"] == body["id"]
     assert (body["type"], body["role"], body["model"]) == ("message", "assistant", MODEL)

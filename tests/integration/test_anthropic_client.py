@@ -1,7 +1,9 @@
 """Anthropic's own client (the `anthropic` package) against the real daemon (SmolLM2,
 float32, the session's daemon): `messages.create` whole and streamed (its stream reader
 rebuilds the same message from the events), `messages.count_tokens`, and a tool's round
-trip (a named tool's tool_use block, whole and streamed, then its tool_result sent back)."""
+trip (a named tool's tool_use block, whole and streamed, then its tool_result sent back).
+The client no longer has `temperature` (Anthropic's API dropped it); vLLM's server, and
+lengthwise, still take it: `extra_body` sends it, for answers the test can compare."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ pytestmark = pytest.mark.engine
 
 MODEL = "smollm2-135m-instruct"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+GREEDY = {"temperature": 0.0}
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
            "input_schema": {"type": "object", "required": ["city"],
                             "properties": {"city": {"type": "string",
@@ -27,7 +30,7 @@ def _client(daemon: DaemonProcess) -> anthropic.Anthropic:
 
 def test_create_whole_and_streamed_and_count_tokens(smollm2_daemon: DaemonProcess) -> None:
     client = _client(smollm2_daemon)
-    ask = {"model": MODEL, "max_tokens": 12, "temperature": 0.0, "messages": QUESTION,
+    ask = {"model": MODEL, "max_tokens": 12, "messages": QUESTION, "extra_body": GREEDY,
            "system": "Answer in one sentence."}
     whole = client.messages.create(**ask)  # type: ignore[call-overload]
     assert whole.type == "message" and whole.role == "assistant"
@@ -48,7 +51,7 @@ def test_create_whole_and_streamed_and_count_tokens(smollm2_daemon: DaemonProces
 def test_a_tool_round_trip(smollm2_daemon: DaemonProcess) -> None:
     client = _client(smollm2_daemon)
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
-    tool = {"model": MODEL, "max_tokens": 30, "temperature": 0.0, "tools": [WEATHER],
+    tool = {"model": MODEL, "max_tokens": 30, "extra_body": GREEDY, "tools": [WEATHER],
             "tool_choice": {"type": "tool", "name": "get_weather"}, "messages": ask}
     whole = client.messages.create(**tool)  # type: ignore[call-overload]
     (call,) = whole.content
@@ -60,7 +63,7 @@ def test_a_tool_round_trip(smollm2_daemon: DaemonProcess) -> None:
     assert [(b.type, b.input) for b in streamed.content] == \
         [("tool_use", call.input)]  # type: ignore[union-attr]
     answer = client.messages.create(  # type: ignore[call-overload]
-        model=MODEL, max_tokens=8, temperature=0.0, tools=[WEATHER],
+        model=MODEL, max_tokens=8, extra_body=GREEDY, tools=[WEATHER],
         tool_choice={"type": "none"}, messages=[
             *ask, {"role": "assistant", "content": [{"type": "tool_use", "id": call.id,
                                                      "name": call.name, "input": call.input}]},

@@ -22,6 +22,10 @@ _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _MENTION = re.compile(r"(?<![\w/.])docs/[\w./-]+\.md")
 _DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
 _RECORD_NAME = re.compile(r"20\d\d-[01]\d-[0-3]\d-[a-z0-9]+(-[a-z0-9]+)*\.md")
+# `docs/page.md, "Section"`: a page and the start of one of its headings. Records name the
+# sections of the day they were written, so only the living pages are checked.
+_SECTION_REF = re.compile(r"(docs/[\w-]+\.md)`?,?\s+\(?\"([^\"\n]+)\"")
+SECTION_REFS = [ROOT / "README.md", *REFERENCE, ROOT / "etc" / "lengthwise.toml"]
 
 
 def _prose(text: str) -> str:
@@ -47,6 +51,10 @@ def _anchors(page: Path) -> set[str]:
     return found
 
 
+def _headings(page: Path) -> list[str]:
+    return [m[1] for m in re.finditer(r"^#{1,6} (.+)$", _prose(page.read_text()), re.M)]
+
+
 def _links(page: Path) -> list[str]:
     prose = _CODE_SPAN.sub("", _prose(page.read_text()))
     return [t for t in _LINK.findall(prose) if not re.match(r"[a-z]+:", t)]
@@ -69,6 +77,18 @@ def test_relative_links_resolve(page: Path) -> None:
 def test_mentioned_docs_exist(page: Path) -> None:
     missing = {m for m in _MENTION.findall(page.read_text()) if not (ROOT / m).exists()}
     assert not missing, f"{page.name} names {sorted(missing)}"
+
+
+@pytest.mark.parametrize("page", SECTION_REFS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_named_sections_exist(page: Path) -> None:
+    """`docs/benchmarks.md, "Benchmark knobs"` names a heading of that page (its start)."""
+    stale = []
+    for doc, section in _SECTION_REF.findall(page.read_text()):
+        target = ROOT / doc
+        if target.exists() and not any(h.replace("`", "").startswith(section)
+                                       for h in _headings(target)):
+            stale.append(f"{doc}, {section!r}")
+    assert not stale, f"{page.name}: {stale}"
 
 
 @pytest.mark.parametrize("page", REFERENCE, ids=lambda p: p.name)

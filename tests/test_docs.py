@@ -16,7 +16,7 @@ PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), *sorted(RESULTS.glob("*
 REFERENCE = sorted(DOCS.glob("*.md"))
 RECORDS = sorted(p for p in RESULTS.glob("*.md") if p.name != "README.md")
 
-_FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+_FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _MENTION = re.compile(r"(?<![\w/.])docs/[\w./-]+\.md")
@@ -52,7 +52,7 @@ def _anchors(page: Path) -> set[str]:
 
 
 def _headings(page: Path) -> list[str]:
-    return [m[1] for m in re.finditer(r"^#{1,6} (.+)$", _prose(page.read_text()), re.M)]
+    return [m[1] for m in re.finditer(r"^#{1,6} (.+)$", _prose(page.read_text()), re.MULTILINE)]
 
 
 def _links(page: Path) -> list[str]:

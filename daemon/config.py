@@ -134,6 +134,10 @@ class SloConfig(_Section, frozen=True):
     # { "0" = { ttft_ms = 1000, tpot_ms = 50 }, "10" = { sheddable = true } }. A request's
     # x-llm-d-slo-* headers, then its API key's, win over these (daemon/http/slo.py).
     classes: dict[str, apikeys.Objective] = {}
+    # Refuse (429) a request that cannot meet its objective. False: shadow mode: serve it,
+    # and count what enforcement would have refused and whether it then met its objective
+    # (lengthwise_slo_shadow_refusals_total), to check refusals before turning them on.
+    enforce: bool = True
 
 
 class PredictorConfig(_Section, frozen=True):

@@ -65,7 +65,9 @@ def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Que
     settings, its estimates in `cost` (default: the config's cost model); `ports`:
     Scheduler's predictor, remaining and ended."""
     lanes = [Lane(ex.name, ex.commands, slots_per_engine(config)) for ex in executors]
-    return Scheduler(lanes, make_policy(config, cost=cost), config.scheduler, inbox, **ports)
+    core = Scheduler(lanes, make_policy(config, cost=cost), config.scheduler, inbox, **ports)
+    core.forecast.enforce = config.slo.enforce
+    return core
 
 
 def build_tool_parsing(config: Config, tokenizer: Tokenizer) -> ToolParsing | None:
@@ -191,6 +193,7 @@ class Service:
         """Adopt a reloaded tree whose restart-only sections equal the running ones."""
         keys = self._load_keys(config)  # the file's contents change live; may raise
         self.scheduler.reconfigure(config.scheduler, make_policy(config))
+        self.scheduler.forecast.enforce = config.slo.enforce  # read on the same loop
         self.keys = keys
         self.config = config
 

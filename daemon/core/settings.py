@@ -99,6 +99,11 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # they fit if they are predicted to end before it could start (core/decisions.py,
     # backfill); off: every job behind it waits, as in vLLM's own scheduler.
     backfill: Annotated[bool, BENCH_KNOB] = True
+    # Memory admission: "work-conserving" starts a job whose context fits in the KV held
+    # now even past the projected peak, unless waiting for the peak to fit is cheaper than
+    # the preemption the overflow would cost (core/admission.py); "peak" holds it until the
+    # projected peak fits (the former rule, kept to measure against).
+    admission: Annotated[Literal["work-conserving", "peak"], BENCH_KNOB] = "work-conserving"
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
     @property

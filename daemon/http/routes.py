@@ -98,7 +98,7 @@ class Routes:
         svc = self.service
         self._check_priority(req.priority, key)
         objective = slo.objective(request.headers, req.priority, key, svc.config.slo.classes)
-        if objective is None or not svc.ready:
+        if objective is None or not svc.ready or not svc.config.slo.enforce:
             return objective
         probe = svc.new_job([], SamplingSpec(max_tokens=1), req.priority, "probe", None,
                             objective)

@@ -19,10 +19,13 @@ from policies.fcfs import FCFS
 
 class Core:
     def __init__(self, lanes: int = 1, max_running: int | str = "auto",
-                 upper_factor: float = 2.0) -> None:
+                 upper_factor: float = 2.0, admission: str = "peak") -> None:
+        """admission: "peak" (the projection alone, which most tests here are about) or
+        "work-conserving" (the default)."""
         self.inbox: asyncio.Queue[Event] = asyncio.Queue()
         self.commands = [asyncio.Queue[object]() for _ in range(lanes)]
-        config = SchedulerConfig(max_running=max_running, upper_factor=upper_factor)  # type: ignore[arg-type]
+        config = SchedulerConfig(max_running=max_running, upper_factor=upper_factor,  # type: ignore[arg-type]
+                                 admission=admission)  # type: ignore[arg-type]
         self.core = Scheduler([Lane(f"e{i}", q, 8) for i, q in enumerate(self.commands)],
                               FCFS(), config, self.inbox)
         self.core.accepting = True
@@ -225,3 +228,43 @@ def test_the_peak_of_the_projected_kv_is_below_the_sum_of_footprints() -> None:
     assert ledger.peak_blocks() == 40 + 1
     ledger.remove("long")
     assert ledger.peak_blocks() == 11 + 1
+
+
+@pytest.mark.asyncio
+async def test_work_conserving_admission_starts_what_fits_now_past_the_projected_peak(
+) -> None:
+    """The projection says 4 of these fit (9 blocks each at their upper estimate), but each
+    holds 3 blocks now (32 prompt tokens + headroom): while the wait for the peak is longer
+    than a preemption's price, every job whose context fits now starts."""
+    c = Core(admission="work-conserving")
+    c.capacity(blocks=40)
+    c.submit(*(job(f"j{i}") for i in range(6)))
+    assert c.turn() == [f"j{i}" for i in range(6)]
+
+
+@pytest.mark.asyncio
+async def test_work_conserving_admission_holds_what_does_not_fit_now() -> None:
+    """Contexts of 300 tokens: 20 blocks each with headroom, so two fill the 40 blocks now and
+    a third cannot start, whatever the projection."""
+    c = Core(admission="work-conserving")
+    c.capacity(blocks=40)
+    c.submit(*(job(f"j{i}", prompt=300) for i in range(3)))
+    assert c.turn() == ["j0", "j1"]
+    c.finish("j0")
+    assert c.turn() == ["j2"]
+
+
+@pytest.mark.asyncio
+async def test_work_conserving_admission_waits_when_the_wait_is_cheaper_than_a_preemption(
+) -> None:
+    """A running job with a long context is two tokens from its end: room frees sooner (two
+    full-batch decode steps, ~27 ms on the default cost model) than a recompute of its 1,600
+    tokens would take (~36 ms), so a job that fits now but overflows the projection waits."""
+    c = Core(admission="work-conserving")
+    c.capacity(blocks=120)
+    c.submit(job("long", prompt=1600, predicted=2.0, upper=2.0, max_tokens=2))
+    assert c.turn() == ["long"]
+    c.submit(job("next", prompt=200, predicted=200.0, upper=1800.0, max_tokens=2000))
+    assert c.turn() == []
+    c.finish("long")
+    assert c.turn() == ["next"]

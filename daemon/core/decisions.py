@@ -129,6 +129,24 @@ def admits(lane: Lane, kv_tokens: float, context: int, policy: Policy,
                                      policy.cost.prefill_s)
 
 
+def hold_reason(lane: Lane, job: Job, kv_tokens: float, policy: Policy,
+                left: slo.Left) -> str | None:
+    """Why a decision round left `job` (the next in order, not launched) waiting although
+    `lane` has a free slot and KV for its context now; None where it does not (no free
+    slot, or its context does not fit now: nothing to explain).
+    "wait-is-cheaper": room frees sooner than a preemption would cost (admits);
+    "peak": scheduler.admission = "peak" holds it until the projected peak fits;
+    "policy": admission would start it but the policy's order or pacing chose no launch
+    (e.g. scls's batching interval, or a job the look-ahead guard put first elsewhere)."""
+    context = job.num_context_tokens
+    if lane.free_slots <= 0 or not lane.memory_bound or not admission.fits_now(
+            lane.capacity, lane.kv, len(lane.running), context):
+        return None if lane.free_slots <= 0 or lane.memory_bound else "policy"
+    if admits(lane, kv_tokens, context, policy, left):
+        return "policy"
+    return "wait-is-cheaper" if lane.work_conserving else "peak"
+
+
 def _guard(pick: tuple[Job, ExecutorView], ctx: DispatchContext, policy: Policy
            ) -> tuple[Job, ExecutorView]:
     # Jobs running together at load: the count cap, or what memory admission fits.

@@ -76,6 +76,9 @@ class Lane:
     down_reason: str | None = None  # why its engine does not serve now; None = up
     failed: bool = False  # its engine could not be restarted: down for good
     stats: LaneStats = field(default_factory=LaneStats)
+    # Decision rounds that left the next waiting job waiting while this lane had a free
+    # slot and KV for its context now, by the rule that held it (decisions.hold_reason).
+    held: dict[str, int] = field(default_factory=dict)
     resumes: ResumeStats = field(default_factory=ResumeStats)
     offloaded_resumes: ResumeStats = field(default_factory=ResumeStats)  # KV from kvstore
 

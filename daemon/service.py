@@ -24,6 +24,7 @@ from daemon.core.job import Job, SamplingSpec, Slo
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
 from daemon.core.stream import OutputStream
+from daemon.executors import requestlimits
 from daemon.executors.base import Executor
 from daemon.http.metrics import Metrics
 from daemon.policysetup import make_policy
@@ -90,6 +91,8 @@ class Service:
         self.tokenizer = tokenizer
         self.tool_parsing = build_tool_parsing(config, tokenizer)
         self.max_model_len = model_context_len(config)
+        # vLLM's request limits (its environment variables), applied at the door
+        self.request_limits = requestlimits.read()
         inbox: asyncio.Queue[Event] = asyncio.Queue()
         self.executors = build_executors(config, inbox)
         self.metrics = Metrics()

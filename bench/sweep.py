@@ -63,11 +63,18 @@ class SweepResults(msgspec.Struct, kw_only=True):
     max_num_seqs: int
     kv_blocks: int
     max_running: str
+    client: str = "vllm"  # vllm (vLLM's own bench client) | ours
     startup_s: dict[str, list[float]] = {}
     runs: list[SweepRun] = []
     points: list[Point] = []
     capacities: list[SystemCapacity] = []
     pairs: list[Pair] = []
+
+
+def _client(results: SweepResults) -> str:
+    if results.client == "vllm":
+        return "vLLM's own bench client"
+    return "Our client (bench/client.py): no engine step times"
 
 
 class RunFile(msgspec.Struct, kw_only=True):
@@ -93,11 +100,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--engine-kind", choices=("vllm", "sim"), default="vllm",
                    help="lengthwise's engine; sim: the simulated one (tests of the harness: "
                         "lengthwise systems only, with --capacity)")
+    p.add_argument("--client", choices=("vllm", "ours"), default="vllm",
+                   help="vllm (default): vLLM's own bench client, whose token times give "
+                        "the engine's step time; ours: bench/client.py (no step times, "
+                        "no flagged pairs; spares the ~19 s of CPU vLLM's client takes to "
+                        "start per run)")
     compare.add_engine_arguments(p)
     client.add_arguments(p)
     workload.add_arguments(p)
-    # vLLM's own client drives every run (measure_capacity and measure_run read args.client).
-    p.set_defaults(func=run_sweep, num=150, cap=256, client="vllm")
+    p.set_defaults(func=run_sweep, num=150, cap=256)
 
 
 def _systems(args: argparse.Namespace) -> list[System]:
@@ -126,8 +137,9 @@ def _capacity(settings: Settings, args: argparse.Namespace) -> tuple[float, str]
     if args.capacity > 0:
         return args.capacity, "given (--capacity)"
     rps = compare.measure_capacity(settings, args, args.out)
+    who = "vLLM's client" if args.client == "vllm" else "our client"
     return rps, (f"measured: a fresh vLLM server, all {args.num} requests of the workload "
-                 "sent at once by vLLM's client; completed requests / (first send -> last "
+                 f"sent at once by {who}; completed requests / (first send -> last "
                  f"completion) = {rps:.3g} req/s")
 
 
@@ -148,7 +160,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         repeats=args.repeats, capacity_rps=capacity, capacity_how=how, workload=spec,
         sample=workload.sample_label(spec), slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
         slo=client.sent_slo(args), max_num_seqs=args.max_num_seqs, kv_blocks=args.kv_blocks,
-        max_running=args.max_running)
+        max_running=args.max_running, client=args.client)
     with tqdm(total=len(loads) * args.repeats * len(systems), unit="run",
               file=sys.stderr) as bar:
         for repeat in range(args.repeats):
@@ -263,7 +275,7 @@ def summary_text(results: SweepResults) -> str:
             f"arrivals {spec.arrivals} CV {spec.cv:g}, outputs x{spec.scale:g} "
             f"{f'capped at {spec.cap}' if spec.cap else 'uncapped'}), max_num_seqs {results.max_num_seqs}, KV blocks "
             f"{results.kv_blocks or 'as vLLM sizes them'}; {_objectives(results)}. "
-            f"{results.repeats} repetition(s): medians (min–max). vLLM's own bench client.\n"),
+            f"{results.repeats} repetition(s): medians (min–max). {_client(results)}.\n"),
             "## Per load\n", report.points_table(results.points),
             f"## Against {baseline} (ratios of medians)\n",
             report.ratio_table(results.points, baseline)]

@@ -24,8 +24,7 @@ _ENGINE = (("step_s", "engine step time (s, the client's)"),
 
 def _curve(ax: Axes, points: Sequence[Point], system: str, figure: str,
            scale: float = 1.0) -> None:
-    mine = [p for p in points if p.system == system
-            and not math.isnan(p.figures[figure].median)]
+    mine = [p for p in points if p.system == system and figure in p.figures]
     if not mine:
         return
     mid = [p.figures[figure].median * scale for p in mine]
@@ -47,7 +46,9 @@ def _panels(points: Sequence[Point], figures: Sequence[tuple[str, str]], path: P
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(figures):]:
         ax.set_visible(False)
-    axes[0][0].legend(fontsize=8)
+    # on the first panel with a curve (a client without token times draws no step times)
+    next((ax for ax in axes.flat if ax.get_legend_handles_labels()[0]), axes[0][0]).legend(
+        fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -80,6 +81,6 @@ def plot_sweep(points: Sequence[Point], caps: Sequence[SystemCapacity], out: Pat
     xlabel = f"load (x {capacity_rps:.3g} req/s)"
     paths = [_panels(points, _LATENCY, out / "latency_vs_load.png", xlabel),
              _panels(points, _ENGINE, out / "engine_vs_load.png", xlabel, columns=3)]
-    if any(not math.isnan(p.figures["attainment"].median) for p in points):
+    if any("attainment" in p.figures for p in points):
         paths.append(_attainment(points, caps, out / "attainment_vs_load.png", xlabel))
     return paths

@@ -23,10 +23,12 @@ def _num(value: float, digits: int) -> str:
     return "–" if math.isnan(value) else f"{value:.{digits}f}"
 
 
-def cell(spread: Spread, scale: float = 1.0, digits: int = 2) -> str:
-    """median (min–max); the median alone where they are one value."""
+def cell(spread: Spread | None, scale: float = 1.0, digits: int = 2) -> str:
+    """median (min–max); the median alone where they are one value; – for none."""
+    if spread is None:
+        return "–"
     median = _num(spread.median * scale, digits)
-    if math.isnan(spread.median) or spread.min == spread.max:
+    if spread.min == spread.max:
         return median
     return f"{median} ({_num(spread.min * scale, digits)}–{_num(spread.max * scale, digits)})"
 
@@ -36,7 +38,8 @@ def points_table(points: Sequence[Point]) -> str:
     head = "| load | system | req/s | " + " | ".join(c[1] for c in _COLUMNS) + " |"
     lines = [head, "|---" * (len(_COLUMNS) + 3) + "|"]
     for p in points:
-        cells = " | ".join(cell(p.figures[f], scale, digits) for f, _, scale, digits in _COLUMNS)
+        cells = " | ".join(cell(p.figures.get(f), scale, digits)
+                           for f, _, scale, digits in _COLUMNS)
         lines.append(f"| {p.load:g}x | {p.system} | {p.rate:.3g} | {cells} |")
     return "\n".join(lines) + "\n"
 
@@ -53,7 +56,8 @@ def ratio_table(points: Sequence[Point], baseline: str) -> str:
         if p.system == baseline or ref is None:
             continue
         ratios = [p.figures[f].median / ref.figures[f].median
-                  if ref.figures[f].median else math.nan for f in _RATIOS]
+                  if f in p.figures and f in ref.figures and ref.figures[f].median
+                  else math.nan for f in _RATIOS]
         lines.append(f"| {p.load:g}x | {p.system} | "
                      + " | ".join(_num(r, 2) + "x" if not math.isnan(r) else "–"
                                   for r in ratios) + " |")
@@ -62,13 +66,17 @@ def ratio_table(points: Sequence[Point], baseline: str) -> str:
 
 def capacity_table(caps: Sequence[SystemCapacity], baseline: str, capacity_rps: float) -> str:
     """SLO capacity (the highest load with >= 90 % attainment, interpolated) per system:
-    median (min–max) over repetitions, in load units and req/s, and over the baseline's."""
+    median (min–max) over repetitions, in load units and req/s, and over the baseline's;
+    ">=" where every repetition met it at every load, "<" where none did at the lowest."""
     base = next((c.spread.median for c in caps if c.system == baseline), math.nan)
     lines = ["| system | SLO capacity (x load) | req/s | vs " + baseline + " | per repetition |",
              "|---" * 5 + "|"]
     for c in caps:
         rel = c.spread.median / base if base else math.nan
-        lines.append(f"| {c.system} | {cell(c.spread)} | {c.spread.median * capacity_rps:.3g} "
+        bounds = {k.bound for k in c.per_repeat}  # ">=" / "<" where every one is censored
+        bound = bounds.pop() if len(bounds) == 1 else ""
+        lines.append(f"| {c.system} | {bound}{cell(c.spread)} "
+                     f"| {bound}{c.spread.median * capacity_rps:.3g} "
                      f"| {_num(rel, 2)}x | {', '.join(k.describe() for k in c.per_repeat)} |")
     return "\n".join(lines) + "\n"
 

@@ -26,7 +26,7 @@ class SweepRun(msgspec.Struct, kw_only=True):
     repeat: int  # 0-based repetition
     position: int  # where it ran among the systems at this (load, repeat): 0 first
     summary: Summary
-    p99_tpot: float
+    p99_tpot: float | None  # None: no answer of two tokens or more
     # Requests served within every objective / all sent (a refusal is a miss); None
     # without --slo-ttft / --slo-tpot.
     attainment: float | None
@@ -66,25 +66,26 @@ def attainment(results: Sequence[RequestResult], slo_ttft: float | None,
     return met / len(results)
 
 
-def p99_tpot(results: Sequence[RequestResult]) -> float:
+def p99_tpot(results: Sequence[RequestResult]) -> float | None:
     tpots = [r.tpot_s for r in results if r.ok and not math.isnan(r.tpot_s)]
-    return float(np.percentile(tpots, 99)) if tpots else math.nan
+    return float(np.percentile(tpots, 99)) if tpots else None
 
 
-def spread_of(values: Sequence[float]) -> Spread:
-    """Median, min and max of the known values (nan when none is)."""
+def spread_of(values: Sequence[float]) -> Spread | None:
+    """Median, min and max of the known values; None when none is."""
     clean = [v for v in values if not math.isnan(v)]
     if not clean:
-        return Spread(math.nan, math.nan, math.nan)
+        return None
     return Spread(float(np.median(clean)), min(clean), max(clean))
 
 
 class Point(msgspec.Struct, kw_only=True):
-    """One (load, system) over its repetitions: every FIGURES entry, median (min-max)."""
+    """One (load, system) over its repetitions: the FIGURES its runs have, median
+    (min-max); a figure no run has (attainment without objectives) is left out."""
 
     system: str
     load: float
-    rate: float  # the median offered rate (the same every repetition)
+    rate: float  # the offered rate (the same every repetition)
     repeats: int
     figures: dict[str, Spread]
 
@@ -96,9 +97,13 @@ def points(runs: Sequence[SweepRun]) -> list[Point]:
     for run in runs:
         groups.setdefault((run.load, order[run.system]), []).append(run)
     return [Point(system=group[0].system, load=load, repeats=len(group),
-                  rate=spread_of([r.rate for r in group]).median,
-                  figures={f: spread_of([r.figure(f) for r in group]) for f in FIGURES})
+                  rate=group[0].rate, figures=_figures(group))
             for (load, _), group in sorted(groups.items())]
+
+
+def _figures(runs: Sequence[SweepRun]) -> dict[str, Spread]:
+    spreads = {f: spread_of([r.figure(f) for r in runs]) for f in FIGURES}
+    return {f: s for f, s in spreads.items() if s is not None}
 
 
 class Capacity(msgspec.Struct, frozen=True):
@@ -144,8 +149,9 @@ def capacities(runs: Sequence[SweepRun]) -> list[SystemCapacity]:
     out = []
     for system, by_repeat in curves.items():
         caps = [slo_capacity(curve) for _, curve in sorted(by_repeat.items())]
-        out.append(SystemCapacity(system=system, spread=spread_of([c.load for c in caps]),
-                                  per_repeat=caps))
+        loads = [c.load for c in caps]
+        out.append(SystemCapacity(system=system, per_repeat=caps, spread=Spread(
+            float(np.median(loads)), min(loads), max(loads))))
     return out
 
 

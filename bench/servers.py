@@ -74,6 +74,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     startup_timeout_s: float = 900.0  # a shared machine under load starts engines slowly
     # More flags for vLLM's server alone (`--tool-call-parser pythonic`, ...).
     vllm_flags: tuple[str, ...] = ()
+    # lengthwise's [engine] kind: "vllm", or "sim" (the simulated engine: tests of a
+    # harness, no vLLM server beside it).
+    engine_kind: str = "vllm"
 
 
 def _free_port() -> int:
@@ -106,7 +109,7 @@ port = {port}
 path = "{s.model}"
 max_model_len = {s.max_model_len}
 [engine]
-kind = "vllm"
+kind = "{s.engine_kind}"
 max_num_seqs = {s.max_num_seqs}
 cpu_kv_cache_gib = {s.kv_gib}
 vllm_args = {{ {_vllm_args(s)} }}

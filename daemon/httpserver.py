@@ -4,8 +4,9 @@ one interface (`serve`), so the rest of the daemon never asks which one runs.
 - "uvicorn" (the default) with httptools, as vLLM's own server: its send path is several
   Python layers shorter than hypercorn's, and one SSE chunk per token per stream makes that
   the front's largest cost per token (bench.frontcpu, 2026-11-26: the front's CPU per
-  streamed token went from 1.01x vLLM's server's on hypercorn to 0.75-0.79x on uvicorn).
-  HTTP/1.1 only: an HTTP/2 preface gets a 400; an `Upgrade: h2c` is ignored (HTTP/1.1 answer).
+  streamed token was 1.01x vLLM's server's on hypercorn, 0.75x on uvicorn).
+  HTTP/1.1 only: an HTTP/2 preface gets a 400 and the connection closed; an `Upgrade: h2c`
+  is ignored (an HTTP/1.1 answer).
 - "hypercorn", the design card's server: HTTP/1.1 and cleartext HTTP/2 (h2c), both with
   prior knowledge and by `Upgrade: h2c` (a request without a body).
 
@@ -90,7 +91,6 @@ async def _hypercorn(app: ASGIApp, sock: socket.socket, server: ServerConfig,
     # Its protocol wrapper looks these up by name for each connection.
     hypercorn_protocol.H11Protocol = _H11WithReasons  # type: ignore[misc]
     hypercorn_protocol.H2Protocol = _H2KeepingClosedStreams  # type: ignore[misc]
-    sock.setblocking(False)
     # worker_serve, not hypercorn.asyncio.serve: only it takes sockets already bound.
     await worker_serve(wrap_app(app, config.wsgi_max_body_size, "asgi"),  # type: ignore[arg-type]
                        config, sockets=Sockets([], [sock], []), shutdown_trigger=stop.wait)

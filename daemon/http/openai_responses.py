@@ -38,6 +38,8 @@ from daemon.http.responses_schemas import (
     RawMessage,
     ResponseObject,
     ResponsesRequest,
+    TextConfig,
+    TextFormat,
 )
 from daemon.http.routes import Routes
 from daemon.http.schemas import ChatCompletionRequest, ChatMessage, NamedToolChoice
@@ -70,6 +72,7 @@ class Turn:
     reader: ToolCallReader | None  # "auto" under the server's tool parser
     parsed: bool  # vLLM's parser path: a message only for non-empty content
     shape: lp.Shape | None  # output logprobs, when `include` asks
+    text: TextConfig | None  # what the response echoes as `text`
 
     @property
     def choice(self) -> Choice:
@@ -96,7 +99,7 @@ class Turn:
             tools=req.tools, top_p=spec.top_p, background=bool(req.background),
             max_output_tokens=spec.max_tokens, max_tool_calls=req.max_tool_calls,
             previous_response_id=req.previous_response_id, reasoning=req.reasoning,
-            service_tier=req.service_tier, status=status, text=req.text,
+            service_tier=req.service_tier, status=status, text=self.text,
             top_logprobs=spec.logprobs, truncation=req.truncation or "disabled",
             usage=out.usage(len(c.prompt_ids), c.stream.num_tokens) if done else None,
             user=req.user, presence_penalty=spec.presence_penalty,
@@ -143,14 +146,13 @@ class ResponsesApi:
     # ---- admission ----------------------------------------------------------------------
 
     def _previous(self, req: ResponsesRequest) -> tuple[list[ChatMessage], list[OutputItem]]:
-        """The stored conversation and output `previous_response_id` continues (copies:
-        the new turn may join its input to the last message)."""
+        """The stored conversation and output `previous_response_id` continues."""
         if req.previous_response_id is None:
             return [], []
         entry = self.store.get(req.previous_response_id)
         if entry is None or entry.response is None:
             raise inp.not_found(req.previous_response_id)
-        return [msgspec.structs.replace(m) for m in entry.messages], entry.response.output
+        return entry.messages, entry.response.output
 
     async def _prompt(self, creq: ChatCompletionRequest
                       ) -> tuple[str, list[int], list[dict[str, str]]]:
@@ -200,16 +202,25 @@ class ResponsesApi:
         creq = inp.chat_request(req, messages, chosen)
         text, ids, plain = await self._prompt(creq)
         top = inp.logprobs(req)
+        schema = tools.schema(creq, chosen)
         spec = translate.sampling_spec(fields, self._max_tokens(req, len(ids)), logprobs=top,
                                        prompt_logprobs=None,
-                                       tool_schema=tools.schema(creq, chosen))
+                                       tool_schema=schema)
         reader = self._reader(creq, ids)
         answer = await routes._admit(fields, [Prompt(ids, "", plain)], "resp", objective,
                                      lambda p: spec)
         shape = None if top is None else lp.Shape(top, False, svc.tokenizer.decode_one)
         return Turn(req, req.request_id or out.new_id("resp"), int(time.time()),
                     svc.config.model.name, spec, chosen, messages, text, answer, reader,
-                    svc.tool_parsing is not None, shape)
+                    svc.tool_parsing is not None, shape, self._echoed_text(req, schema))
+
+    def _echoed_text(self, req: ResponsesRequest, schema: str | None) -> TextConfig | None:
+        """vLLM's tool parser replaces `text` by the schema that constrains a named or
+        "required" tool choice (the response echoes that)."""
+        if schema is None or self.service.tool_parsing is None:
+            return req.text
+        return TextConfig(format=TextFormat(type="json_schema", name="tool_calling_response",
+                                            schema=msgspec.json.decode(schema), strict=True))
 
     # ---- endpoints ----------------------------------------------------------------------
 

@@ -118,8 +118,9 @@ def conversation(req: ResponsesRequest, history: list[ChatMessage] | None,
     if isinstance(req.input, str):
         messages.append(ChatMessage(role="user", content=req.input))
         return messages
+    start = len(messages)  # an input item joins an earlier input message only
     for i, item in enumerate(req.input):
-        new = _message(item, i, messages[-1] if messages else None)
+        new = _message(item, i, messages[-1] if len(messages) > start else None)
         if new is not None:
             messages.append(new)
     return messages

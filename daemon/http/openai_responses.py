@@ -309,8 +309,11 @@ class ResponsesApi:
     async def _run_background(self, turn: Turn, entry: Entry) -> None:
         try:
             if entry.events is not None:
-                async for event in self._stream(turn, entry):
-                    self.store.add_event(turn.response_id, entry, event)
+                async for chunk in self._stream(turn, entry):
+                    # one stored item per event (a chunk may hold several; JSON data
+                    # holds no blank line), so starting_after counts events
+                    for event in chunk.split(b"\n\n")[:-1]:
+                        self.store.add_event(turn.response_id, entry, event + b"\n\n")
             else:
                 await self._collect_background(turn, entry)
         except Exception:  # a failed response is the client's to read, not the daemon's

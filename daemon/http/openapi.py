@@ -17,7 +17,8 @@ from daemon.http.responses import (
     TokenizeResult,
     Version,
 )
-from daemon.http.responses_schemas import ResponseObject, ResponsesRequest
+from daemon.http.responses_objects import ResponseObject
+from daemon.http.responses_schemas import ResponsesRequest
 from daemon.http.schemas import (
     ChatCompletionRequest,
     CompletionRequest,

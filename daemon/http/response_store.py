@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from daemon.http.responses_schemas import ResponseObject
+from daemon.http.responses_objects import ResponseObject
 from daemon.http.schemas import ChatMessage
 
 MAX_RESPONSES = 10_000

@@ -7,12 +7,11 @@ and the admission checks treat them as a chat request's)."""
 from __future__ import annotations
 
 from daemon.http.errors import ApiError, bad_request
+from daemon.http.responses_objects import OutputItem, OutputMessage
 from daemon.http.responses_schemas import (
     REFUSED,
     ContentPart,
     InputItem,
-    OutputItem,
-    OutputMessage,
     ResponsesRequest,
     ToolChoice,
     ToolChoiceObject,

@@ -14,7 +14,7 @@ import msgspec
 
 from daemon.core.stream import Position
 from daemon.http import logprobs as lp
-from daemon.http.responses_schemas import (
+from daemon.http.responses_objects import (
     ArgumentsDelta,
     ArgumentsDone,
     Completed,

@@ -166,7 +166,10 @@ def environment(s: Settings) -> dict[str, str]:
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(s.kv_gib),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            # lengthwise's config may set benchmark knobs (trust_budget, a policy's tuning)
-           "LENGTHWISE_BENCH_KNOBS": "1"}
+           "LENGTHWISE_BENCH_KNOBS": "1",
+           # /v1/responses keeps responses (previous_response_id, background) as lengthwise
+           # does by default; without it vLLM's server silently drops `store`.
+           "VLLM_ENABLE_RESPONSES_API_STORE": "1"}
     if s.cpu_bind:
         env["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_bind
     return env

@@ -20,6 +20,7 @@ from starlette.routing import Route
 from daemon.http import openapi, tokenize
 from daemon.http.conncap import ConnectionCap
 from daemon.http.errors import ApiError
+from daemon.http.openai_responses import ResponsesApi
 from daemon.http.routermetrics import RouterCollector
 from daemon.http.routes import Routes
 from daemon.service import Service
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 def build_app(service: Service) -> Starlette:
     routes = Routes(service)
+    responses = ResponsesApi(routes)
     metrics = service.metrics
     metrics.registry.register(RouterCollector(service))
 
@@ -65,6 +67,7 @@ def build_app(service: Service) -> Starlette:
         try:
             yield
         finally:
+            await responses.close()
             probe.cancel()
             await asyncio.gather(probe, return_exceptions=True)
 
@@ -73,6 +76,9 @@ def build_app(service: Service) -> Starlette:
         routes=[
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
+            Route("/v1/responses", responses.create, methods=["POST"]),
+            Route("/v1/responses/{response_id}", responses.retrieve, methods=["GET"]),
+            Route("/v1/responses/{response_id}/cancel", responses.cancel, methods=["POST"]),
             Route("/v1/models", routes.models, methods=["GET"]),
             Route("/tokenize", partial(tokenize.tokenize, service), methods=["POST"]),
             Route("/detokenize", partial(tokenize.detokenize, service), methods=["POST"]),
@@ -87,4 +93,5 @@ def build_app(service: Service) -> Starlette:
                                retry_after_s=service.retry_after_s, count_refusal=count_error)],
     )
     app.state.metrics = metrics
+    app.state.responses = responses
     return app

@@ -26,6 +26,7 @@ from daemon.http.schemas import (
 
 _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]*)`")
 _AT_PATH = re.compile(r" - at `([^`]*)`$")
+_MISSING = re.compile(r"missing required field `([^`]*)`")
 
 
 def decode_body(body: bytes, kind: type[msgspec.Struct]) -> Any:
@@ -68,6 +69,8 @@ def _invalid(message: str) -> ApiError:
     param = where.group(1).removeprefix("$").removeprefix(".") if where else None
     if param is not None:  # a mapping's value: msgspec does not name the key
         param = param.split("[...]", 1)[0]
+    if missing := _MISSING.search(message):  # the field itself, not its parent
+        param = f"{param}.{missing.group(1)}" if param else missing.group(1)
     return bad_request(f"invalid request: {message}", param or None)
 
 

@@ -1,12 +1,14 @@
 """vLLM's request models are the contract: every field the installed vLLM's OpenAI server
-declares on /v1/chat/completions, /v1/completions, /tokenize and /detokenize is a field
-here (read from vLLM's pydantic classes, so a vLLM upgrade that adds one fails this test)."""
+declares on /v1/chat/completions, /v1/completions, /v1/responses, /tokenize and /detokenize
+is a field here (read from vLLM's pydantic classes, so a vLLM upgrade that adds one fails this test)."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
+from daemon.http.responses_schemas import REFUSED as RESPONSES_REFUSED
+from daemon.http.responses_schemas import ResponsesRequest
 from daemon.http.schemas import (
     REFUSED,
     ChatCompletionRequest,
@@ -34,6 +36,7 @@ def _ours(kind: type[msgspec.Struct]) -> set[str]:
     ("vllm.entrypoints.serve.tokenize.protocol", "TokenizeCompletionRequest", TokenizeRequest),
     ("vllm.entrypoints.serve.tokenize.protocol", "TokenizeChatRequest", TokenizeRequest),
     ("vllm.entrypoints.serve.tokenize.protocol", "DetokenizeRequest", DetokenizeRequest),
+    ("vllm.entrypoints.openai.responses.protocol", "ResponsesRequest", ResponsesRequest),
 ])
 def test_every_field_vllm_accepts_is_declared(module: str, name: str,
                                                ours: type[msgspec.Struct]) -> None:
@@ -53,3 +56,13 @@ def test_refused_fields_are_declared_and_few() -> None:
     assert set(REFUSED) & vllm == {"use_beam_search", "chat_template", "prompt_embeds",
                                    "suffix", "ec_transfer_params", "media_io_kwargs",
                                    "mm_processor_kwargs"}
+
+
+def test_responses_refused_fields_are_vllms_or_openais() -> None:
+    """Each refused Responses field is declared; those of vLLM's are ones its server refuses
+    too or that need a kind of model this server does not run."""
+    assert set(RESPONSES_REFUSED) <= _ours(ResponsesRequest)
+    vllm = _vllm_fields("vllm.entrypoints.openai.responses.protocol", "ResponsesRequest")
+    assert set(RESPONSES_REFUSED) & vllm == {"prompt", "previous_input_messages",
+                                             "media_io_kwargs", "mm_processor_kwargs",
+                                             "ec_transfer_params"}

@@ -5,7 +5,9 @@ ids, repetition / frequency / presence penalties, top_k and min_p, on /v1/comple
 stop reasons, usage, logprobs to 1e-3): served whole (fcfs); cut into 4-token slices (scls
 with `slicing = "always"`: every answer is stopped and resumed from prompt + generated
 tokens); and, for one long streamed answer, preempted for a shorter request (alise) and
-resumed.
+resumed. The same runs send vLLM's Responses API requests (tests/integration/
+responses_cases.py: text, a function tool call, json_schema, a previous_response_id chain;
+streamed and not) and compare their output, token counts and event sequences.
 
 The two servers run one after the other (two engines at once are too heavy for 2 cores):
 vLLM's first, then the daemon, which switches policy by reload. The tiny random model's
@@ -26,6 +28,7 @@ import msgspec
 import pytest
 
 from bench.servers import Server, Settings, parse_system
+from tests.integration import responses_cases
 from tests.support import BENCH_KNOBS, ROOT, running_daemon
 
 pytestmark = pytest.mark.engine
@@ -112,6 +115,8 @@ class Answers(msgspec.Struct):
     long_reference: dict[str, Any]  # vLLM's server, LONG
     long_preempted: dict[str, Any]  # lengthwise, alise: LONG preempted by a short request
     preemptions: float  # the daemon's preemptions
+    # /v1/responses (responses_cases): vLLM's, lengthwise's whole and cut; LONG preempted
+    responses: dict[str, dict[str, Any]]
 
 
 def _body(body: dict[str, Any], stop_id: int) -> dict[str, Any]:
@@ -218,33 +223,44 @@ def answers(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Answe
         reference = _run_all(vllm.base_url, stop_id)
         with httpx.Client(base_url=vllm.base_url, timeout=120) as client:
             long_reference = _call(client, *LONG)
+        responses = {"reference": responses_cases.run_all(vllm.base_url),
+                     "long_reference": responses_cases.long_reference(vllm.base_url)}
     finally:
         vllm.stop()
     # the policies' tuning is a benchmark knob
     with running_daemon(folder, tiny_model, BENCH_KNOBS, dtype="float32", max_running=1,
                         tool_call_parser=PARSER, extra=EXTRA) as daemon:
         whole = _run_all(daemon.base_url, stop_id)
+        responses["whole"] = responses_cases.run_all(daemon.base_url)
         before = daemon.metric("lengthwise_resume_total")
         daemon.reload_policy("scls")
         cut = _run_all(daemon.base_url, stop_id)
         resumes = daemon.metric("lengthwise_resume_total") - before
+        before = daemon.metric("lengthwise_resume_total")
+        responses["cut"] = responses_cases.run_all(daemon.base_url)
+        responses["resumes"] = {"count": daemon.metric("lengthwise_resume_total") - before}
         daemon.reload_policy("alise")
         long_preempted = _preempted(daemon.base_url)
+        before = daemon.metric("lengthwise_preemptions_total")
+        responses["long_preempted"] = responses_cases.preempted(daemon.base_url)
+        responses["preemptions"] = {
+            "count": daemon.metric("lengthwise_preemptions_total") - before}
         preemptions = daemon.metric("lengthwise_preemptions_total")
     return Answers(reference, whole, cut, resumes, long_reference, long_preempted,
-                   preemptions)
+                   preemptions, responses)
 
 
-def differences(want: Any, got: Any, path: str = "") -> list[str]:
+def differences(want: Any, got: Any, path: str = "",
+                ignored: frozenset[str] | set[str] = IGNORED) -> list[str]:
     """Where `got` differs from `want` (a missing key equals null; floats to TOLERANCE)."""
     if isinstance(want, dict) and isinstance(got, dict):
-        return [d for key in sorted(want.keys() | got.keys()) if key not in IGNORED
-                for d in differences(want.get(key), got.get(key), f"{path}.{key}")]
+        return [d for key in sorted(want.keys() | got.keys()) if key not in ignored
+                for d in differences(want.get(key), got.get(key), f"{path}.{key}", ignored)]
     if isinstance(want, list) and isinstance(got, list):
         if len(want) != len(got):
             return [f"{path}: {len(want)} items, got {len(got)}: {want!r} vs {got!r}"]
         return [d for k, (a, b) in enumerate(zip(want, got, strict=True))
-                for d in differences(a, b, f"{path}[{k}]")]
+                for d in differences(a, b, f"{path}[{k}]", ignored)]
     if isinstance(want, float) and isinstance(got, float | int) and \
             not isinstance(got, bool):
         return [] if abs(want - got) <= TOLERANCE else [f"{path}: {want} vs {got}"]
@@ -293,3 +309,45 @@ def test_auto_tool_choice_calls_come_whole_and_as_incremental_deltas(answers: An
             assert "".join(pieces) == call["function"]["arguments"]
         plain = got["chat-auto-tools-plain"]["choices"][0]
         assert plain["message"]["content"] and "tool_calls" not in plain["message"]
+
+
+RESPONSES = [*responses_cases.CASES, "chain"]
+
+
+@pytest.mark.parametrize("run", ["whole", "cut"])
+@pytest.mark.parametrize("case", RESPONSES)
+def test_responses_the_same_as_vllms_server(answers: Answers, case: str, run: str) -> None:
+    """The whole response object (streamed: the final one, the event sequence with runs of
+    deltas collapsed, the deltas' text) but ids and clocks; `cut`: stopped and resumed every
+    4 tokens."""
+    want, got = answers.responses["reference"][case], answers.responses[run][case]
+    assert differences(want, got, ignored=responses_cases.IGNORED) == []
+
+
+def test_responses_differential_is_not_vacuous(answers: Answers) -> None:
+    """Both servers called the two tools (streamed: in argument deltas), kept to the JSON
+    schema, numbered every event in order, answered each turn of the chain from the
+    stored history (its prompt grew), and the cut run was resumed."""
+    for got in (answers.responses[k] for k in ("reference", "whole", "cut")):
+        for name in ("tool-call", "tool-call-stream"):
+            body = got[name].get("final", got[name])
+            calls = [item for item in body["output"] if item["type"] == "function_call"]
+            assert [json.loads(c["arguments"])["city"] for c in calls][1:] == ["Oslo"]
+        streamed = got["tool-call-stream"]
+        assert streamed["events"].count("response.function_call_arguments.delta") == 2
+        for name in ("json-schema", "json-schema-stream"):
+            body = got[name].get("final", got[name])
+            assert json.loads(body["output"][0]["content"][0]["text"])["city"] in ("Paris", "Rome")
+        for name, record in got.items():
+            if "events" in record:
+                assert record["in_order"] and record["events"][0] == "response.created", name
+        turns = [t["usage"]["input_tokens"] for t in got["chain"]]
+        assert turns[0] < turns[1] < turns[2]
+    assert answers.responses["resumes"]["count"] >= 5
+
+
+def test_responses_the_same_when_preempted_for_a_shorter_request(answers: Answers) -> None:
+    responses = answers.responses
+    assert responses["preemptions"]["count"] >= 1
+    assert differences(responses["long_reference"], responses["long_preempted"],
+                       ignored=responses_cases.IGNORED) == []

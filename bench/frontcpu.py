@@ -6,13 +6,15 @@ run in the front process) and, for lengthwise, its core. This starts each server
 the same engine settings, drives it with vLLM's own bench client (chat backend, a fixed
 number of concurrent streams, every answer forced to the same length) and reads the front
 process's CPU seconds (the root of the server's process tree, not its engine children)
-around the run. Alternations repeat the pair in opposite orders; the report is the median.
+around the run. lengthwise runs on each HTTP server named by --http (`[server] http`:
+uvicorn and hypercorn by default). Alternations repeat the systems in opposite orders; the
+report is the median, and each system's ratio to the first (vLLM's server).
+`--endpoints chat,responses` drives each started server on /v1/chat/completions and then on
+/v1/responses (vLLM's client's openai-responses backend: typed events, `store: false`);
+`messages` drives Anthropic's /v1/messages (bench.messages_client on the same dataset:
+vLLM's client has no Messages backend).
 
-    python -m bench.frontcpu --out /tmp/frontcpu --alternations 3 [--py-spy] \
-        [--routes chat,messages]
-
-`--routes messages` drives Anthropic's /v1/messages streams instead (bench.messages_client:
-vLLM's bench client has no Messages backend), on the same server start as chat's.
+    python -m bench.frontcpu --out /tmp/frontcpu --alternations 3 [--py-spy]
 
 With --py-spy the front process is sampled during the run and its samples are split by who
 spent them (vLLM's output processing, the core, SSE encoding, the HTTP server, the event
@@ -46,7 +48,9 @@ BUCKETS = (
                                 "vllm/v1/engine/processor", "vllm/v1/engine/input_processor")),
     ("lengthwise core", ("daemon/core/", "policies/", "daemon/prediction", "daemon/executors/")),
     ("SSE / response encoding", ("daemon/http/routes", "daemon/http/translate",
-                                 "daemon/http/schemas", "vllm/entrypoints/openai/",
+                                 "daemon/http/schemas", "daemon/http/openai_responses",
+                                 "daemon/http/responses_", "daemon/http/chat", "vllm/entrypoints/openai/",
+                                 "daemon/http/anthropic", "vllm/entrypoints/anthropic/",
                                  "pydantic", "msgspec")),
     ("HTTP server", ("hypercorn", "h11", "starlette", "uvicorn", "fastapi", "httptools")),
     # The loop itself: running it, polling, dispatching callbacks. asyncio's other modules
@@ -55,6 +59,12 @@ BUCKETS = (
     ("event loop / asyncio", ("asyncio/runners", "asyncio/base_events", "asyncio/events",
                               "uvloop", "selectors")),
 )
+
+
+# The endpoints a run can drive: (vLLM's bench client backend, path).
+ENDPOINTS = {"chat": ("openai-chat", "/v1/chat/completions"),
+             "responses": ("openai-responses", "/v1/responses"),
+             "messages": ("", "/v1/messages")}  # bench.messages_client
 
 
 class Run(msgspec.Struct, frozen=True):
@@ -68,7 +78,7 @@ class Run(msgspec.Struct, frozen=True):
     output_tok_s: float
     completed: int
     failed: int
-    route: str = "chat"  # chat: /v1/chat/completions; messages: /v1/messages
+    endpoint: str = "chat"
 
     @property
     def front_us_per_token(self) -> float:
@@ -97,9 +107,14 @@ def _dataset(path: Path, requests: int, tokens: int) -> None:
 
 
 def _client(base_url: str, model: Path, dataset: Path, result: Path, requests: int,
-            streams: int) -> list[str]:
+            streams: int, endpoint: str = "chat") -> list[str]:
+    backend, path = ENDPOINTS[endpoint]
+    if not backend:  # Anthropic's Messages API: our client, the same dataset
+        return [sys.executable, "-m", "bench.messages_client", "--base-url", base_url,
+                "--model", served_model(base_url), "--dataset", str(dataset),
+                "--requests", str(requests), "--streams", str(streams), "--result", str(result)]
     return [sys.executable, "-m", "bench.vllm_bench_serve",
-            "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
+            "--backend", backend, "--endpoint", path,
             "--base-url", base_url, "--model", served_model(base_url),
             "--tokenizer", str(model), "--dataset-name", "custom",
             "--dataset-path", str(dataset), "--custom-output-len", "-1",
@@ -109,43 +124,43 @@ def _client(base_url: str, model: Path, dataset: Path, result: Path, requests: i
             "--result-dir", str(result.parent), "--result-filename", result.name]
 
 
-def _messages_client(base_url: str, result: Path, requests: int, streams: int,
-                     tokens: int) -> list[str]:
-    return [sys.executable, "-m", "bench.messages_client", "--base-url", base_url,
-            "--model", served_model(base_url), "--requests", str(requests),
-            "--streams", str(streams), "--tokens", str(tokens), "--result", str(result)]
+def run_one(spec: str, settings: Settings, args: argparse.Namespace, k: int) -> list[Run]:
+    """One start of `spec`: a measured run per endpoint."""
+    work = args.out / f"{spec.replace(':', '-')}-{k}"
+    work.mkdir(parents=True, exist_ok=True)
+    server = Server(parse_system(spec), settings, work)
+    try:
+        server.wait_ready()
+        return [_measure(spec, server, args, k, work, endpoint) for endpoint in args.endpoints]
+    finally:
+        server.stop()
 
 
-def _drive(route: str, base_url: str, args: argparse.Namespace, work: Path, name: str,
-           requests: int, tokens: int) -> Path:
-    """One client run on `route` (its log in work/client.log); its saved result."""
-    result = work / f"{name}.json"
-    if route == "messages":
-        command = _messages_client(base_url, result, requests, args.streams, tokens)
-    else:
-        dataset = work / f"{name}.jsonl"
-        _dataset(dataset, requests, tokens)
-        command = _client(base_url, args.model, dataset, result, requests, args.streams)
-    with open(work / "client.log", "a") as log:
-        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
-    return result
-
-
-def _measure(route: str, spec: str, server: Server, args: argparse.Namespace, work: Path,
-             k: int) -> Run:
+def _measure(spec: str, server: Server, args: argparse.Namespace, k: int, work: Path,
+             endpoint: str) -> Run:
     front = psutil.Process(server.proc.pid)
+    warm, dataset = work / "warm.jsonl", work / "data.jsonl"
+    _dataset(warm, args.streams, 16)
+    _dataset(dataset, args.requests, args.tokens)
+    with open(work / "client.log", "a") as log:  # warm-up: compile paths, fill caches
+        subprocess.run(_client(server.base_url, args.model, warm, work / f"warm-{endpoint}.json",
+                               args.streams, args.streams, endpoint), stdout=log,
+                       stderr=subprocess.STDOUT, check=True)
     spy = None
     if args.py_spy:
         spy = subprocess.Popen(
             [str(Path(sys.executable).parent / "py-spy"), "record", "--pid",
              str(front.pid), "--format", "raw", "--rate", "200", "--nonblocking",
-             "--output", str(work / f"front-{route}.folded")],
+             "--output", str(work / _folded(endpoint))],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)
     meter = CpuMeter(server.proc.pid)
     front0, engine0, t0 = _cpu_s(front), _children_s(front), time.monotonic()
-    result = _drive(route, server.base_url, args, work, f"result-{route}", args.requests,
-                    args.tokens)
+    result = work / f"result-{endpoint}.json"
+    with open(work / "client.log", "a") as log:
+        subprocess.run(_client(server.base_url, args.model, dataset, result,
+                               args.requests, args.streams, endpoint),
+                       stdout=log, stderr=subprocess.STDOUT, check=True)
     wall = time.monotonic() - t0
     front_s, engine_s = _cpu_s(front) - front0, _children_s(front) - engine0
     share = meter.stop()
@@ -158,23 +173,11 @@ def _measure(route: str, spec: str, server: Server, args: argparse.Namespace, wo
                other_cores=share.other_cores,
                output_tok_s=float(saved["output_throughput"]),
                completed=int(saved["completed"]), failed=int(saved.get("failed", 0)),
-               route=route)
+               endpoint=endpoint)
 
 
-def run_one(spec: str, settings: Settings, args: argparse.Namespace, k: int) -> list[Run]:
-    """One server start: each route warmed up, then measured (routes in turn, their order
-    alternating with k)."""
-    work = args.out / f"{spec.replace(':', '-')}-{k}"
-    work.mkdir(parents=True, exist_ok=True)
-    server = Server(parse_system(spec), settings, work)
-    routes = args.routes if k % 2 == 0 else args.routes[::-1]
-    try:
-        server.wait_ready()
-        for route in routes:  # warm-up: compile paths, fill caches
-            _drive(route, server.base_url, args, work, f"warm-{route}", args.streams, 16)
-        return [_measure(route, spec, server, args, work, k) for route in routes]
-    finally:
-        server.stop()
+def _folded(endpoint: str) -> str:
+    return "front.folded" if endpoint == "chat" else f"front-{endpoint}.folded"
 
 
 def breakdown(folded: Path) -> dict[str, float]:
@@ -199,50 +202,59 @@ def breakdown(folded: Path) -> dict[str, float]:
 def report(runs: list[Run], args: argparse.Namespace) -> None:
     print(f"\nfront CPU per streamed token ({args.streams} streams x {args.tokens} tokens, "
           f"{args.requests} requests, max_num_seqs {args.max_num_seqs}, {args.model.name}):")
-    print(f"{'system':<20} {'route':<9} {'us/token median':>16} {'(min-max)':>16} "
-          f"{'out tok/s median':>17} {'engine cores':>13} {'other cores':>12}")
+    width = max(len(spec) for spec in args.systems)
+    print(f"{'system':<{width}} {'endpoint':<10} {'us/token median':>16} {'(min-max)':>16}"
+          f" {'out tok/s median':>17} {'engine cores':>13} {'other cores':>12}")
     medians: dict[tuple[str, str], tuple[float, float]] = {}
-    for route in args.routes:
+    for endpoint in args.endpoints:
         for spec in args.systems:
-            mine = [r for r in runs if r.system == spec and r.route == route]
+            mine = [r for r in runs if r.system == spec and r.endpoint == endpoint]
             us = [r.front_us_per_token for r in mine]
             tps = [r.output_tok_s for r in mine]
-            medians[spec, route] = (statistics.median(us), statistics.median(tps))
-            print(f"{spec:<20} {route:<9} {medians[spec, route][0]:>16.1f} "
-                  f"{f'({min(us):.1f}-{max(us):.1f})':>16} {medians[spec, route][1]:>17.0f}"
+            medians[spec, endpoint] = (statistics.median(us), statistics.median(tps))
+            print(f"{spec:<{width}} {endpoint:<10} {medians[spec, endpoint][0]:>16.1f}"
+                  f" {f'({min(us):.1f}-{max(us):.1f})':>16}"
+                  f" {medians[spec, endpoint][1]:>17.0f}"
                   f" {statistics.median(r.engine_cpu_s / r.wall_s for r in mine):>13.2f}"
                   f" {max(r.other_cores for r in mine):>12.2f}")
-    if len(args.systems) == 2:
-        a, b = args.systems
-        for route in args.routes:
-            (us_a, tps_a), (us_b, tps_b) = medians[a, route], medians[b, route]
-            print(f"{route}: {b} / {a}: CPU per token {us_b / us_a:.2f}x, output tokens/s "
-                  f"{tps_b / tps_a:.2f}x")
-    if len(args.routes) == 2:
-        first, second = args.routes
-        for spec in args.systems:
-            print(f"{spec}: {second} / {first} CPU per token "
-                  f"{medians[spec, second][0] / medians[spec, first][0]:.2f}x")
+    first, *others = args.systems
+    for endpoint in args.endpoints:
+        us_a, tps_a = medians[first, endpoint]
+        for other in others:
+            us_b, tps_b = medians[other, endpoint]
+            print(f"{endpoint}: {other} / {first}: CPU per token {us_b / us_a:.2f}x, "
+                  f"output tokens/s {tps_b / tps_a:.2f}x")
     if args.py_spy:
         _report_parts(args, medians)
 
 
-def _report_parts(args: argparse.Namespace, medians: dict[tuple[str, str], tuple[float, float]]
-                  ) -> None:
-    for route in args.routes:
+def _report_parts(args: argparse.Namespace,
+                  medians: dict[tuple[str, str], tuple[float, float]]) -> None:
+    for endpoint in args.endpoints:
         for spec in args.systems:
             shares: dict[str, list[float]] = {}
             for k in range(args.alternations):
-                folded = args.out / f"{spec.replace(':', '-')}-{k}" / f"front-{route}.folded"
+                folded = args.out / f"{spec.replace(':', '-')}-{k}" / _folded(endpoint)
                 if folded.exists():
                     for name, share in breakdown(folded).items():
                         shares.setdefault(name, []).append(share)
             if shares:
-                us = medians[spec, route][0]
+                us = medians[spec, endpoint][0]
                 parts = ", ".join(f"{name} {statistics.median(v) * us:.1f} us"
                                   for name, v in shares.items())
-                print(f"{spec} {route} front CPU by part (samples' share x median us/token): "
-                      f"{parts}")
+                print(f"{spec} {endpoint} front CPU by part (samples' share x median "
+                      f"us/token): {parts}")
+
+
+def with_servers(systems: list[str], servers: list[str]) -> list[str]:
+    """Each lengthwise system once per HTTP server (`+server.http=NAME`); others as given."""
+    out: list[str] = []
+    for spec in systems:
+        if parse_system(spec).kind == "lengthwise":
+            out += [f"{spec}+server.http={http}" for http in servers]
+        else:
+            out.append(spec)
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -250,19 +262,25 @@ def main(argv: list[str]) -> int:
         "\n\n")[0])
     p.add_argument("--model", type=Path, default=Path("models/tiny-llama"))
     p.add_argument("--systems", default="vllm,lengthwise:fcfs",
-                   help="comma list (bench compare's names)")
+                   help="comma list (bench compare's names); the first is the reference")
+    p.add_argument("--http", default="uvicorn,hypercorn",
+                   help="comma list of lengthwise's HTTP servers ([server] http): each "
+                        "lengthwise system runs on each")
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--streams", type=int, default=64, help="concurrent streams")
     p.add_argument("--tokens", type=int, default=256, help="forced answer length")
     p.add_argument("--requests", type=int, default=256)
     p.add_argument("--alternations", type=int, default=3)
+    p.add_argument("--endpoints", default="chat",
+                   help=f"comma list of {', '.join(ENDPOINTS)}: each is driven on every "
+                        "started server")
     p.add_argument("--py-spy", action="store_true", help="sample the front process")
-    p.add_argument("--routes", default="chat",
-                   help="comma list: chat (/v1/chat/completions), messages (/v1/messages)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    args.systems = args.systems.split(",")
-    args.routes = args.routes.split(",")
+    args.systems = with_servers(args.systems.split(","), args.http.split(","))
+    args.endpoints = args.endpoints.split(",")
+    if unknown := set(args.endpoints) - set(ENDPOINTS):
+        p.error(f"unknown endpoints {sorted(unknown)}")
     settings = Settings(model=args.model, max_num_seqs=args.max_num_seqs, trust_budget=False)
     runs: list[Run] = []
     for k in range(args.alternations):
@@ -270,7 +288,7 @@ def main(argv: list[str]) -> int:
         for spec in order:
             for run in run_one(spec, settings, args, k):
                 runs.append(run)
-                print(f"[{k}] {spec} {run.route}: {run.front_us_per_token:.1f} us/token, "
+                print(f"[{k}] {spec} {run.endpoint}: {run.front_us_per_token:.1f} us/token, "
                       f"{run.output_tok_s:.0f} tok/s, {run.completed} ok, {run.failed} "
                       f"failed, other cores {run.other_cores:.2f}", flush=True)
     (args.out / "runs.json").write_bytes(msgspec.json.encode(runs))

@@ -16,8 +16,9 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from daemon.http import anthropic_render, chat
+from daemon.http import anthropic_render, chat, limits, translate
 from daemon.http.anthropic_convert import template_probe, to_chat
+from daemon.http.anthropic_render import ChatJob
 from daemon.http.anthropic_schemas import (
     AnthropicContextManagement,
     AnthropicCountTokensRequest,
@@ -31,6 +32,7 @@ from daemon.http.auth import authorize
 from daemon.http.errors import ApiError
 from daemon.http.routes import Routes
 from daemon.http.schemas import ChatCompletionRequest
+from daemon.service import Service
 from daemon.tokenizer import TemplateError
 
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -78,34 +80,44 @@ class Messages:
             raise AnthropicApiError(exc) from None
 
     async def _create(self, request: Request) -> Response:
-        key = authorize(self.service.keys, request, "api")
-        req: AnthropicMessagesRequest = await self.routes.read(request, AnthropicMessagesRequest)
-        job = await self.routes.admit_chat(request, await self._chat(req), key)
+        svc = self.service
+        key = authorize(svc.keys, request, "api")
+        req: AnthropicMessagesRequest = await self.routes._read(request, AnthropicMessagesRequest)
+        try:  # at the door, before any client-sized work (as chat's `stop`)
+            limits.check_stop(req.stop_sequences, svc.request_limits)
+        except ApiError as exc:
+            raise translate.bad_request(str(exc), "stop_sequences") from None
+        chat_req = await self._chat(req)
+        answer, prepared = await self.routes.admit_chat(request, chat_req, key)
+        job = ChatJob(answer, self.routes._options(chat_req, prepared.top, False),
+                      prepared.chosen, prepared.readers)
         if req.stream:
-            return StreamingResponse(anthropic_render.stream(job, self.service.scheduler),
+            return StreamingResponse(anthropic_render.stream(job, svc.scheduler),
                                      media_type="text/event-stream",
-                                     headers={**_SSE_HEADERS, **job.answer.headers})
-        await self.routes.collect(request, job.answer)
+                                     headers={**_SSE_HEADERS, **answer.headers})
+        await self.routes._collect(request, answer)
         body = anthropic_render.whole(job)
-        return Response(msgspec.json.encode(body), headers=job.answer.headers,
+        return Response(msgspec.json.encode(body), headers=answer.headers,
                         media_type="application/json")
 
     async def _count_tokens(self, request: Request) -> Response:
         """The prompt's tokens as /v1/messages would run it (vLLM renders the same chat
         request; nothing runs)."""
         authorize(self.service.keys, request, "api")
-        req = await self.routes.read(request, AnthropicCountTokensRequest)
+        req = await self.routes._read(request, AnthropicCountTokensRequest)
         chat_req = await self._chat(req)
-        chosen = chat.check(chat_req, self.service.config.model.tool_call_parser)
-        prompt = await self.routes.chat_prompt(chat_req, chosen)
-        count = len(prompt.ids)
+        count = await asyncio.to_thread(_count, self.service, chat_req)
         body = AnthropicCountTokensResponse(count, AnthropicContextManagement(count))
         return Response(msgspec.json.encode(body), media_type="application/json")
 
     async def _chat(self, req: AnthropicPrompt) -> ChatCompletionRequest:
-        self.routes.check_model(req.model)
+        """The chat request `req` means, made off the event loop (it walks the request)."""
+        self.routes._check_model(req.model)
+        return await asyncio.to_thread(self._convert, req)
+
+    def _convert(self, req: AnthropicPrompt) -> ChatCompletionRequest:
         if self._template is None:  # once: the template does not change while serving
-            self._template = await asyncio.to_thread(template_probe, self._render)
+            self._template = template_probe(self._render)
         merge, disabled_effort = self._template
         return to_chat(req, merge_inline_system=merge, disabled_effort=disabled_effort)
 
@@ -119,3 +131,15 @@ class Messages:
                                                       template_kwargs=kwargs)
         except TemplateError:
             return None
+
+
+def _count(svc: Service, req: ChatCompletionRequest) -> int:
+    """The chat template's prompt tokens for `req`, with the chat route's checks."""
+    chat.check(req, svc.config.model.tool_call_parser)
+    template, _ = translate.chat_messages(req)
+    try:
+        ids = svc.tokenizer.encode_chat(template, add_special_tokens=False,
+                                        **chat.template_options(req))
+    except TemplateError as exc:
+        raise translate.bad_request(str(exc), "messages") from None
+    return len(ids)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -36,11 +37,20 @@ from daemon.http.anthropic_schemas import (
     OutBlock,
     StopReason,
 )
-from daemon.http.chat import ChatJob
 from daemon.http.errors import bad_request
-from daemon.http.render import TextFrame
+from daemon.http.render import Answer, Options, TextFrame
 from daemon.http.schemas import NamedToolChoice
-from daemon.toolcalls import ParsedDelta
+from daemon.toolcalls import ParsedDelta, ToolCallReader
+
+
+@dataclass(slots=True)
+class ChatJob:
+    """An admitted chat request, as its Anthropic answer reads it."""
+
+    answer: Answer
+    opts: Options
+    chosen: str | NamedToolChoice  # the effective tool choice
+    readers: list[ToolCallReader] | None  # "auto" under a tool parser
 
 
 def stop_reason(finish: str | None, stop: int | str | None, tool_used: bool,
@@ -81,7 +91,7 @@ def whole(job: ChatJob) -> AnthropicMessagesResponse:
     c = job.answer.choices[0]
     assert c.end is not None
     reader = job.readers[0] if job.readers else None
-    choice = chat.whole(c, job.opts, job.chosen, job.echo, reader)
+    choice = chat.whole(c, job.opts, job.chosen, "", reader)
     text, calls = choice.message.content, choice.message.tool_calls or []
     content: list[OutBlock] = [AnthropicTextBlock(text)] if text else []
     content += [AnthropicToolUseBlock(call.id, call.function.name,

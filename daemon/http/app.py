@@ -21,6 +21,7 @@ from daemon.http import openapi, prompt_render, tokenize
 from daemon.http.anthropic import Messages
 from daemon.http.conncap import ConnectionCap
 from daemon.http.errors import ApiError
+from daemon.http.openai_responses import ResponsesApi
 from daemon.http.routermetrics import RouterCollector
 from daemon.http.routes import Routes
 from daemon.service import Service
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 def build_app(service: Service) -> Starlette:
     routes = Routes(service)
+    responses = ResponsesApi(routes)
     messages = Messages(routes)
     metrics = service.metrics
     metrics.registry.register(RouterCollector(service))
@@ -67,6 +69,7 @@ def build_app(service: Service) -> Starlette:
         try:
             yield
         finally:
+            await responses.close()
             probe.cancel()
             await asyncio.gather(probe, return_exceptions=True)
 
@@ -75,6 +78,9 @@ def build_app(service: Service) -> Starlette:
         routes=[
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
+            Route("/v1/responses", responses.create, methods=["POST"]),
+            Route("/v1/responses/{response_id}", responses.retrieve, methods=["GET"]),
+            Route("/v1/responses/{response_id}/cancel", responses.cancel, methods=["POST"]),
             Route("/v1/messages", messages.create, methods=["POST"]),
             Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
             Route("/v1/chat/completions/render", partial(prompt_render.render_chat, routes),
@@ -97,4 +103,5 @@ def build_app(service: Service) -> Starlette:
                                retry_after_s=service.retry_after_s, count_refusal=count_error)],
     )
     app.state.metrics = metrics
+    app.state.responses = responses
     return app

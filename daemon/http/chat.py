@@ -6,17 +6,15 @@ admits the jobs)."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
 
-from daemon.core.job import SamplingSpec
 from daemon.core.scheduler import Scheduler
 from daemon.core.stream import JobEnd, TokenDelta
 from daemon.http import render, tools, translate
-from daemon.http.render import Answer, Choice, Options, Prompt
+from daemon.http.render import Answer, Choice, Options
 from daemon.http.responses import (
     ChatChoice,
     ChatChunkChoice,
@@ -29,28 +27,6 @@ from daemon.http.responses import (
 )
 from daemon.http.schemas import ChatCompletionRequest, NamedToolChoice
 from daemon.toolcalls import ParsedDelta, ToolCallReader
-
-
-@dataclass(slots=True)
-class ChatPrompt:
-    """A chat request before its job exists: the template's prompt, and its settings."""
-
-    ids: list[int]
-    plain: list[dict[str, str]]  # what the predictor reads
-    top: int | None  # logprobs asked for (None: none)
-    spec_for: Callable[[Prompt], SamplingSpec]
-
-
-@dataclass(slots=True)
-class ChatJob:
-    """An admitted chat request, as its response reads it."""
-
-    answer: Answer
-    opts: Options
-    chosen: str | NamedToolChoice  # the effective tool choice
-    echo: str
-    readers: list[ToolCallReader] | None  # "auto" under a tool parser: one per choice
-    prompt_ids: list[int]
 
 
 def template_options(req: Any) -> dict[str, Any]:

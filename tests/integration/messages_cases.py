@@ -1,9 +1,8 @@
-"""Anthropic's Messages API, count_tokens and the render endpoints against vLLM's own server
-on the tiny model (a suite of tests/integration/test_differential.py's run: the same vLLM
-server and daemon, the same phases): the same greedy Messages requests, streamed and not,
-give the same content blocks, stop reasons, stop sequences and token counts, also when the
-daemon stops and resumes each answer every 4 tokens (scls) or preempts a long stream for a
-shorter request (alise); count_tokens and the render endpoints give the same token ids.
+"""The greedy requests the differential (tests/integration/test_differential.py) sends to
+vLLM's server and to lengthwise on Anthropic's Messages API, count_tokens and the render
+endpoints: Messages text, streamed and not, a stop sequence that ends after a 4-token slice,
+system and content blocks, a tool_use / tool_result history under tools ("auto", vLLM's
+pythonic parser), a named tool's call; count_tokens; the chat and completions renders.
 
 A stream is compared merged (one message: its blocks' text and tool input joined, the stop
 reason and usage of message_delta) with its event sequence (deltas in a row as one), so
@@ -15,17 +14,13 @@ block with what it wrote; whole, vLLM's 400."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-import pytest
 
-from tests.integration.test_differential import Answers, differences
-
-pytestmark = pytest.mark.engine
-
-NAME = "messages"
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
                             "required": ["city"]}}
@@ -71,8 +66,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "render-completions": ("/v1/completions/render", {
         "prompt": ["Once upon a time", "Hi"], "max_tokens": 7, "top_k": 2}),
 }
+# Streamed, long; a short request arrives once PREEMPT_AFTER events of it are out.
 LONG = ("/v1/messages", {"max_tokens": 120, "temperature": 0, "stream": True,
                          "messages": [{"role": "user", "content": "Tell me a story."}]})
+PREEMPT_AFTER = 6
 # vLLM's SamplingParams defaults, and what it adds for its own generate endpoint only.
 SAMPLING_DEFAULTS = {"n": 1, "presence_penalty": 0.0, "frequency_penalty": 0.0,
                      "repetition_penalty": 1.0, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
@@ -143,39 +140,37 @@ def call(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any
     return dict(response.json())
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_the_same_answer_as_vllms_server(answers: Answers, case: str) -> None:
-    assert differences(answers.reference[case], answers.whole[case]) == []
+def run_all(base_url: str) -> dict[str, Any]:
+    with httpx.Client(base_url=base_url, timeout=120) as client:
+        return {name: call(client, path, body) for name, (path, body) in CASES.items()}
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.startswith("messages")])
-def test_the_same_answer_when_stopped_and_resumed_every_4_tokens(answers: Answers,
-                                                                 case: str) -> None:
-    assert differences(answers.reference[case], answers.cut[case]) == []
+def long_reference(base_url: str) -> dict[str, Any]:
+    with httpx.Client(base_url=base_url, timeout=120) as client:
+        return call(client, *LONG)
 
 
-def test_the_same_answer_when_preempted_for_a_shorter_request(answers: Answers) -> None:
-    want, got = answers.long_reference[NAME], answers.long_preempted[NAME]
-    assert answers.preemptions >= 2 and want["usage"]["output_tokens"] == 120
-    assert differences(want, got) == []
+def preempted(base_url: str) -> dict[str, Any]:
+    """LONG, with a short request sent once PREEMPT_AFTER of its events are out (alise
+    preempts LONG for it)."""
+    started = threading.Event()
 
+    def lines(source: Iterator[str]) -> Iterator[str]:
+        for k, line in enumerate(source):
+            if k >= 3 * PREEMPT_AFTER:  # event, data and a blank line per event
+                started.set()
+            yield line
 
-def test_the_cases_say_what_they_claim(answers: Answers) -> None:
-    """Not vacuous: the answers have the text, stop sequence, tool_use block, 400 and
-    counts the cases are about."""
-    got = answers.reference
-    assert got["messages"]["content"][0]["text"].strip() and \
-        got["messages"]["usage"]["output_tokens"] == 10
-    stopped = got["messages-stop-sequence-stream"]
-    assert (stopped["stop_reason"], stopped["stop_sequence"]) == ("stop_sequence", "\n" * 6)
-    assert stopped["usage"]["output_tokens"] == 6 and stopped["content"] == []
-    named = got["messages-named-tool-stream"]
-    assert [b["type"] for b in named["content"]] == ["tool_use"]
-    assert named["content"][0]["partial_json"].startswith('{"') and \
-        named["stop_reason"] == "max_tokens"
-    assert got["messages-named-tool"] == {"status": 400}
-    assert got["messages-tool-history"]["usage"]["input_tokens"] > 40
-    assert got["count-tokens"]["input_tokens"] > 40
-    assert len(got["render-completions"]["rendered"]) == 2
-    assert got["render-chat"]["sampling_params"] == {"max_tokens": 5, "temperature": 0.0,
-                                                     "stop": ["x"], "seed": 3}
+    def long() -> dict[str, Any]:
+        path, body = LONG
+        with httpx.Client(base_url=base_url, timeout=120) as client, \
+                client.stream("POST", path, json={"model": "tiny-llama", **body}) as response:
+            assert response.status_code == 200, response.read()
+            return merge(lines(response.iter_lines()))
+
+    with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=base_url, timeout=120) as client:
+        answer = pool.submit(long)
+        assert started.wait(120)
+        call(client, "/v1/messages", {"max_tokens": 2, "messages": [
+            {"role": "user", "content": "Hi"}]})
+        return answer.result(timeout=120)

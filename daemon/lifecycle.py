@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -26,6 +27,7 @@ from daemon import apikeys, sdnotify
 from daemon import config as config_mod
 from daemon.config import Config, ConfigError
 from daemon.http.app import build_app
+from daemon.http.wire import OpenAIErrorsHttpTools
 from daemon.service import Service
 
 log = logging.getLogger("lengthwise")
@@ -66,6 +68,10 @@ class Daemon:
             log.exception("engine start-up failed")
             await self._shutdown(drain=False)
             return 1
+        # What start-up built stays for good: later full collections need not walk it again
+        # (with vLLM and torch imported, one took hundreds of ms of the event loop).
+        gc.collect()
+        gc.freeze()
         log.info("ready in %.1f s on http://%s:%d (policy %s)", loop.time() - started,
                  self.config.server.host, self.config.server.port, self.config.scheduler.policy)
         sdnotify.notify("READY=1", "STATUS=serving")
@@ -97,7 +103,7 @@ class Daemon:
             (server.host, server.port), backlog=server.backlog,
             family=socket.AF_INET6 if ":" in server.host else socket.AF_INET)
         http = _HttpServer(uvicorn.Config(
-            build_app(self.service), http="httptools", ws="none", loop="none",
+            build_app(self.service), http=OpenAIErrorsHttpTools, ws="none", loop="none",
             backlog=server.backlog, proxy_headers=False, log_config=None, access_log=False,
             timeout_graceful_shutdown=math.ceil(server.graceful_timeout_s)))
         stop = asyncio.ensure_future(self._http_stop.wait())

@@ -120,6 +120,9 @@ async def test_vllms_limits_on_prompts_stop_strings_and_bad_words(
     words = limits.vllm_max_num_bad_words + 1
     _refused(await _post(http, "/v1/completions", bad_words=[f"w{i}" for i in range(words)]),
              "bad_words", f"Too many bad words: {words}.")
+    ids = limits.max_logprob_token_ids + 1
+    _refused(await _post(http, "/v1/completions", logprob_token_ids=list(range(ids))),
+             "logprob_token_ids", f"Requested logprob_token_ids of length {ids}")
 
 
 @MODULE_LOOP
@@ -129,7 +132,8 @@ async def test_the_limits_apply_as_the_service_holds_them(
     held = service.request_limits
     service.request_limits = RequestLimits(
         vllm_max_n_sequences=3, vllm_max_completion_prompts=2, vllm_max_stop_strings=1,
-        vllm_max_num_bad_words=1, vllm_max_bad_words_total_tokens=8)
+        vllm_max_num_bad_words=1, vllm_max_bad_words_total_tokens=8,
+        max_logprob_token_ids=2)
     try:
         _refused(await _post(http, "/v1/completions", n=4), "n", "n must be at most 3")
         _refused(await _post(http, "/v1/completions", prompt=["a", "b", "c"]), "prompt",

@@ -86,6 +86,7 @@ BAD = [  # (body, status, param)
     ({"input": "x", "prompt": {"id": "pmpt_1"}}, 400, "prompt"),
     ({"input": "x", "bogus": 1}, 400, "bogus"),
     ({"max_output_tokens": 3}, 400, "input"),
+    ({"input": []}, 400, "input"),
     ({"input": "x", "previous_response_id": "resp_nope"}, 404, "response_id"),
     ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, 400, "input"),
     ({"input": [{"type": "function_call", "name": "f"}]}, 400, "input[0]"),

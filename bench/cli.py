@@ -1,4 +1,4 @@
-"""`lengthwise bench run|compare|frontier`; also `python -m bench.cli run|compare ...`."""
+"""`lengthwise bench run|compare|sweep|frontier`; also `python -m bench.cli run|compare ...`."""
 
 from __future__ import annotations
 
@@ -57,8 +57,10 @@ def main(argv: list[str]) -> int:
     from bench.compare import add_parser as add_compare
     from bench.fleet.cli import add_parser as add_fleet
     from bench.frontier.cli import add_parser as add_frontier
+    from bench.sweep import add_parser as add_sweep
 
     add_compare(sub)
+    add_sweep(sub)
     add_frontier(sub)
     add_fleet(sub)
     args = parser.parse_args(argv)

@@ -130,20 +130,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     from bench import client
 
     p = sub.add_parser("compare", help="start each system in turn, same workload, compare")
-    p.add_argument("--model", type=Path, default=Path("models/tiny-llama"))
     p.add_argument("--systems", default=QUICK_SYSTEMS,
                    help="comma list of vllm | vllm-priority | lengthwise:POLICY")
     # The tiny engine serves ~9.5 req/s of these lengths on 2 cores: 5, 7, 9 is about half,
     # three quarters and nearly all of its capacity (docs/benchmarks.md).
     p.add_argument("--rates", default="5,7,9", help="comma list of request rates (req/s)")
-    p.add_argument("--max-num-seqs", type=int, default=4)
-    p.add_argument("--kv-blocks", type=int, default=0,
-                   help="KV cache blocks per engine (num_gpu_blocks_override, for every "
-                        "system): memory pressure; 0 = sized from the 1 GiB cache")
-    p.add_argument("--max-running", default="auto",
-                   help='lengthwise\'s [scheduler] max_running: "auto" (memory admission, '
-                        "the daemon's default) or a number")
-    p.add_argument("--extra-toml", type=Path, help="TOML appended to lengthwise configs")
+    add_engine_arguments(p)
     p.add_argument("--repeats", type=int, default=1,
                    help="run every (system, rate) N times, systems alternating")
     p.add_argument("--out", type=Path, required=True, help="output folder")
@@ -159,49 +151,98 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(func=run_compare, num=150, cap=256)
 
 
+def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    """The engine settings every system gets alike (compare, sweep)."""
+    p.add_argument("--model", type=Path, default=Path("models/tiny-llama"))
+    p.add_argument("--max-num-seqs", type=int, default=4)
+    p.add_argument("--kv-blocks", type=int, default=0,
+                   help="KV cache blocks per engine (num_gpu_blocks_override, for every "
+                        "system): memory pressure; 0 = sized from the 1 GiB cache")
+    p.add_argument("--max-running", default="auto",
+                   help='lengthwise\'s [scheduler] max_running: "auto" (memory admission, '
+                        "the daemon's default) or a number")
+    p.add_argument("--extra-toml", type=Path, help="TOML appended to lengthwise configs")
+
+
+def settings_from_args(args: argparse.Namespace, engine_kind: str = "vllm") -> Settings:
+    return Settings(model=args.model.resolve(), max_num_seqs=args.max_num_seqs,
+                    max_running=args.max_running, num_gpu_blocks_override=args.kv_blocks,
+                    max_model_len=args.max_model_len, trust_budget=args.natural,
+                    extra_toml=args.extra_toml.read_text() if args.extra_toml else "",
+                    engine_kind=engine_kind)
+
+
 def _run_system(system: System, settings: Settings, args: argparse.Namespace,
                 rates: list[float], out: Path, repeat: int) -> tuple[float, list[RunRecord]]:
-    from bench import client
-
     server = Server(system, settings, out)
     records = []
     try:
         startup = server.wait_ready()
-        opts = ClientOptions(natural=args.natural, priority=system.client_priority,
-                             max_model_len=args.max_model_len, salt="warm-up. ")
-        # Unmeasured burst first: first-call costs (allocators, kernel selection, the
-        # predictor's first forward) belong to no rate, and every system pays them here.
-        warm_up = workload.build(workload.spec_from_args(args, rate=WARM_UP_RATE))
-        client.run(server.base_url, warm_up[:WARM_UP_REQUESTS], opts)
+        warm_up(server, system, args)
         for k, rate in enumerate(rates):
-            opts = msgspec.structs.replace(opts, salt=salt(k),
-                                           headers=client.slo_headers(args))
-            started, meter = time.perf_counter(), CpuMeter(server.proc.pid)
-            before = server.counters()
-            with _clock_sampler(server, system) as sampler:
-                results = _drive(server, args, rate, opts, out / "vllm-client",
-                                 f"{system.label}-{rate:g}-{repeat}")
-            cpu = meter.stop()
-            counted = server.counters() - before
-            engine_pre, policy_pre = counted.engine_preemptions, counted.policy_preemptions
-            learned = _save_clock(sampler, out / "learned", f"{system.label}-{rate:g}-{repeat}")
-            summary = summarize(results, args.slo_ttft, args.slo_tpot)
-            records.append(RunRecord(system=system.spec, rate=rate, summary=summary,
-                                     requests=results, wall_s=time.perf_counter() - started,
-                                     cpu=cpu, repeat=repeat, engine_preemptions=engine_pre,
-                                     policy_preemptions=policy_pre, learned_profile=learned,
-                                     server_refused=counted.refused))
+            opts = run_options(system, args, salt(k))
+            record = measure_run(server, system, args, rate, opts, out, repeat)
+            records.append(record)
+            summary, cpu = record.summary, record.cpu
             print(f"{system.spec:>24} @ {rate:g} req/s #{repeat + 1}: mean JCT {summary.mean_jct:.2f} s, "
                   f"p99 {summary.p99_jct:.2f} s, TTFT {summary.mean_ttft:.2f} s, "
                   f"{summary.throughput_tps:.0f} tok/s, goodput {summary.goodput_rps:.2f} req/s, "
-                  f"preemptions engine {engine_pre:g} policy {policy_pre:g}, "
+                  f"preemptions engine {record.engine_preemptions:g} "
+                  f"policy {record.policy_preemptions:g}, "
                   f"{summary.n_failed} failed ({summary.n_refused} x 429{_refusal_times(summary)}"
-                  f"{_server_refused(counted.refused, summary)}); "
-                  f"{cpu.describe()}", flush=True)
-            cpu.warn_if_contaminated("during this run")
+                  f"{_server_refused(record.server_refused, summary)}); "
+                  f"{cpu.describe() if cpu else ''}", flush=True)
+            if cpu is not None:
+                cpu.warn_if_contaminated("during this run")
     finally:
         server.stop()
     return startup, records
+
+
+def run_options(system: System, args: argparse.Namespace, run_salt: str) -> ClientOptions:
+    """What the client sends in one measured run: the run's salt, --send-slo's headers."""
+    from bench import client
+
+    return ClientOptions(natural=args.natural, priority=system.client_priority,
+                         max_model_len=args.max_model_len, salt=run_salt,
+                         headers=client.slo_headers(args))
+
+
+def warm_up(server: Server, system: System, args: argparse.Namespace) -> None:
+    """An unmeasured burst first: first-call costs (allocators, kernel selection, the
+    predictor's first forward) belong to no rate, and every system pays them here."""
+    from bench import client
+
+    opts = ClientOptions(natural=args.natural, priority=system.client_priority,
+                         max_model_len=args.max_model_len, salt="warm-up. ")
+    requests = workload.build(workload.spec_from_args(args, rate=WARM_UP_RATE))
+    client.run(server.base_url, requests[:WARM_UP_REQUESTS], opts, progress=False)
+
+
+def run_tag(system: System, rate: float, repeat: int) -> str:
+    """The file stem of one run's client and clock files."""
+    return f"{system.label}-{rate:g}-{repeat}"
+
+
+def measure_run(server: Server, system: System, args: argparse.Namespace, rate: float,
+                opts: ClientOptions, out: Path, repeat: int, tag: str = "") -> RunRecord:
+    """One measured run on a started, warmed server: the workload at `rate` with the
+    chosen client, the server's counters and (lengthwise) its learned clock over the run,
+    and who used the CPU meanwhile."""
+    tag = tag or run_tag(system, rate, repeat)
+    started, meter = time.perf_counter(), CpuMeter(server.proc.pid)
+    before = server.counters()
+    with _clock_sampler(server, system) as sampler:
+        results = _drive(server, args, rate, opts, out / "vllm-client", tag)
+    cpu = meter.stop()
+    counted = server.counters() - before
+    return RunRecord(system=system.spec, rate=rate,
+                     summary=summarize(results, args.slo_ttft, args.slo_tpot),
+                     requests=results, wall_s=time.perf_counter() - started, cpu=cpu,
+                     repeat=repeat, engine_preemptions=counted.engine_preemptions,
+                     policy_preemptions=counted.policy_preemptions,
+                     learned_profile=_save_clock(sampler, out / "learned", tag),
+                     server_refused=counted.refused)
 
 
 def _server_refused(refused: float, summary: Summary) -> str:
@@ -287,10 +328,7 @@ def run_compare(args: argparse.Namespace) -> int:
     systems = [parse_system(s) for s in args.systems.split(",") if s]
     if args.client == "vllm" and any(s.client_priority != "none" for s in systems):
         raise SystemExit("--client vllm cannot send a per-request priority: drop vllm-priority")
-    settings = Settings(model=args.model.resolve(), max_num_seqs=args.max_num_seqs,
-                        max_running=args.max_running, num_gpu_blocks_override=args.kv_blocks,
-                        max_model_len=args.max_model_len, trust_budget=args.natural,
-                        extra_toml=args.extra_toml.read_text() if args.extra_toml else "")
+    settings = settings_from_args(args)
     spec = workload.spec_from_args(args)
     workload.warn_sample(spec)
     workload.build(spec)  # fail early on bad flags

@@ -6,7 +6,9 @@ run in the front process) and, for lengthwise, its core. This starts each server
 the same engine settings, drives it with vLLM's own bench client (chat backend, a fixed
 number of concurrent streams, every answer forced to the same length) and reads the front
 process's CPU seconds (the root of the server's process tree, not its engine children)
-around the run. Alternations repeat the pair in opposite orders; the report is the median.
+around the run. lengthwise runs on each HTTP server named by --http (`[server] http`:
+uvicorn and hypercorn by default). Alternations repeat the systems in opposite orders; the
+report is the median, and each system's ratio to the first (vLLM's server).
 `--endpoints chat,responses` drives each started server on /v1/chat/completions and then on
 /v1/responses (vLLM's client's openai-responses backend: typed events, `store: false`).
 
@@ -192,7 +194,8 @@ def breakdown(folded: Path) -> dict[str, float]:
 def report(runs: list[Run], args: argparse.Namespace) -> None:
     print(f"\nfront CPU per streamed token ({args.streams} streams x {args.tokens} tokens, "
           f"{args.requests} requests, max_num_seqs {args.max_num_seqs}, {args.model.name}):")
-    print(f"{'system':<20} {'endpoint':<10} {'us/token median':>16} {'(min-max)':>16}"
+    width = max(len(spec) for spec in args.systems)
+    print(f"{'system':<{width}} {'endpoint':<10} {'us/token median':>16} {'(min-max)':>16}"
           f" {'out tok/s median':>17} {'engine cores':>13} {'other cores':>12}")
     medians: dict[tuple[str, str], tuple[float, float]] = {}
     for endpoint in args.endpoints:
@@ -201,17 +204,18 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
             us = [r.front_us_per_token for r in mine]
             tps = [r.output_tok_s for r in mine]
             medians[spec, endpoint] = (statistics.median(us), statistics.median(tps))
-            print(f"{spec:<20} {endpoint:<10} {medians[spec, endpoint][0]:>16.1f}"
+            print(f"{spec:<{width}} {endpoint:<10} {medians[spec, endpoint][0]:>16.1f}"
                   f" {f'({min(us):.1f}-{max(us):.1f})':>16}"
                   f" {medians[spec, endpoint][1]:>17.0f}"
                   f" {statistics.median(r.engine_cpu_s / r.wall_s for r in mine):>13.2f}"
                   f" {max(r.other_cores for r in mine):>12.2f}")
-    if len(args.systems) == 2:
-        a, b = args.systems
-        for endpoint in args.endpoints:
-            (us_a, tps_a), (us_b, tps_b) = medians[a, endpoint], medians[b, endpoint]
-            print(f"{endpoint}: {b} / {a}: CPU per token {us_b / us_a:.2f}x, output tokens/s "
-                  f"{tps_b / tps_a:.2f}x")
+    first, *others = args.systems
+    for endpoint in args.endpoints:
+        us_a, tps_a = medians[first, endpoint]
+        for other in others:
+            us_b, tps_b = medians[other, endpoint]
+            print(f"{endpoint}: {other} / {first}: CPU per token {us_b / us_a:.2f}x, "
+                  f"output tokens/s {tps_b / tps_a:.2f}x")
     if args.py_spy:
         _report_parts(args, medians)
 
@@ -234,12 +238,26 @@ def _report_parts(args: argparse.Namespace,
                       f"us/token): {parts}")
 
 
+def with_servers(systems: list[str], servers: list[str]) -> list[str]:
+    """Each lengthwise system once per HTTP server (`+server.http=NAME`); others as given."""
+    out: list[str] = []
+    for spec in systems:
+        if parse_system(spec).kind == "lengthwise":
+            out += [f"{spec}+server.http={http}" for http in servers]
+        else:
+            out.append(spec)
+    return out
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.frontcpu", description=__doc__.split(
         "\n\n")[0])
     p.add_argument("--model", type=Path, default=Path("models/tiny-llama"))
     p.add_argument("--systems", default="vllm,lengthwise:fcfs",
-                   help="comma list (bench compare's names)")
+                   help="comma list (bench compare's names); the first is the reference")
+    p.add_argument("--http", default="uvicorn,hypercorn",
+                   help="comma list of lengthwise's HTTP servers ([server] http): each "
+                        "lengthwise system runs on each")
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--streams", type=int, default=64, help="concurrent streams")
     p.add_argument("--tokens", type=int, default=256, help="forced answer length")
@@ -251,7 +269,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--py-spy", action="store_true", help="sample the front process")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    args.systems = args.systems.split(",")
+    args.systems = with_servers(args.systems.split(","), args.http.split(","))
     args.endpoints = args.endpoints.split(",")
     if unknown := set(args.endpoints) - set(ENDPOINTS):
         p.error(f"unknown endpoints {sorted(unknown)}")

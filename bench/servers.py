@@ -74,6 +74,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     startup_timeout_s: float = 900.0  # a shared machine under load starts engines slowly
     # More flags for vLLM's server alone (`--tool-call-parser pythonic`, ...).
     vllm_flags: tuple[str, ...] = ()
+    # lengthwise's [engine] kind: "vllm", or "sim" (the simulated engine: tests of a
+    # harness, no vLLM server beside it).
+    engine_kind: str = "vllm"
 
 
 def _free_port() -> int:
@@ -82,8 +85,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# The tables _lengthwise_config writes itself: overrides of their keys go inside them (TOML
+# refuses a table defined twice).
+_BASE_TABLES = ("server", "scheduler")
+
+
 def _overrides_toml(overrides: tuple[tuple[str, str], ...]) -> tuple[dict[str, str], str]:
-    """([scheduler] lines to add, other tables as TOML text) for a system's overrides."""
+    """(lines to add to each base table, other tables as TOML text) for a system's
+    overrides."""
     tables: dict[str, list[str]] = {}
     for key, value in overrides:
         table, _, name = key.rpartition(".")
@@ -92,21 +101,22 @@ def _overrides_toml(overrides: tuple[tuple[str, str], ...]) -> tuple[dict[str, s
         except tomllib.TOMLDecodeError:
             value = f'"{value}"'  # a bare word: a string
         tables.setdefault(table, []).append(f"{name} = {value}")
-    scheduler = tables.pop("scheduler", [])
+    base = {name: "\n".join(tables.pop(name, [])) for name in _BASE_TABLES}
     text = "".join(f"[{table}]\n" + "\n".join(lines) + "\n" for table, lines in tables.items())
-    return {"scheduler": "\n".join(scheduler)}, text
+    return base, text
 
 
 def _lengthwise_config(system: System, s: Settings, port: int) -> str:
-    scheduler, tables = _overrides_toml(system.overrides)
+    base, tables = _overrides_toml(system.overrides)
     return f"""
 [server]
 port = {port}
+{base["server"]}
 [model]
 path = "{s.model}"
 max_model_len = {s.max_model_len}
 [engine]
-kind = "vllm"
+kind = "{s.engine_kind}"
 max_num_seqs = {s.max_num_seqs}
 cpu_kv_cache_gib = {s.kv_gib}
 vllm_args = {{ {_vllm_args(s)} }}
@@ -115,7 +125,7 @@ policy = "{system.policy}"
 max_running = {_max_running(s)}
 max_waiting = 100000
 trust_budget = {str(s.trust_budget).lower()}
-{scheduler["scheduler"]}
+{base["scheduler"]}
 {tables}
 {s.extra_toml}
 """

@@ -95,13 +95,18 @@ def results_from(saved: dict, requests: Sequence[Request]) -> list[RequestResult
     return out
 
 
+def result_path(work_dir: Path, tag: str) -> Path:
+    """Where run() leaves what vLLM's client saved (its per-request times included)."""
+    return work_dir / f"{tag}.result.json"
+
+
 def run(base_url: str, requests: Sequence[Request], work_dir: Path, tag: str, *, rate: float,
         cv: float, seed: int, natural: bool, salt: str, tokenizer: Path,
         max_model_len: int, headers: dict[str, str] | None = None,
         backend: str = "openai-chat") -> list[RequestResult]:
     """One run of vLLM's client against `base_url`; its log and result stay in work_dir."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    dataset, result = work_dir / f"{tag}.jsonl", work_dir / f"{tag}.result.json"
+    dataset, result = work_dir / f"{tag}.jsonl", result_path(work_dir, tag)
     write_dataset(requests, dataset, salt, natural, max_model_len)
     cmd = command(base_url, dataset, result, num=len(requests), rate=rate, cv=cv, seed=seed,
                   natural=natural, tokenizer=tokenizer, model=served_model(base_url),

@@ -1,28 +1,20 @@
 """Process lifecycle: one uvloop loop, signals, drain, reload, sd_notify. No HTTP here
-beyond starting uvicorn with the app.
-
-The HTTP server is uvicorn with httptools (as vLLM's own server), not hypercorn: its send
-path is several Python layers shorter, and one SSE chunk per token per stream makes that the
-front's largest cost per token (bench.frontcpu, 2026-11-26: the front's CPU per streamed token
-went from 1.01x vLLM's server's on hypercorn to 0.80-0.89x on uvicorn alone)."""
+beyond binding the socket and starting the configured HTTP server (daemon/httpserver.py)
+with the app."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import math
 import os
 import signal
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
-import uvicorn
 import uvloop
 
-from daemon import apikeys, sdnotify
+from daemon import apikeys, httpserver, sdnotify
 from daemon import config as config_mod
 from daemon.config import Config, ConfigError
 from daemon.http.app import build_app
@@ -51,12 +43,19 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
+        server = self.config.server
+        try:  # first: a port in use is the commonest start failure, and costs nothing here
+            sock = httpserver.listen(server)
+        except OSError as exc:
+            log.error("cannot listen on %s:%d: %s", server.host, server.port, exc)
+            return 1
         try:
             self.service = await Service.create(self.config)
         except ConfigError as exc:  # found only with the model's tokenizer (a tool parser)
+            sock.close()
             log.error("config error: %s", exc)
             return 2
-        http = self._spawn(self._serve_http(), "http")
+        http = self._spawn(self._serve_http(sock), "http")
         if (interval := sdnotify.watchdog_interval_s()) is not None:
             self._spawn(self._watchdog(interval), "watchdog")
         started = loop.time()
@@ -66,8 +65,8 @@ class Daemon:
             log.exception("engine start-up failed")
             await self._shutdown(drain=False)
             return 1
-        log.info("ready in %.1f s on http://%s:%d (policy %s)", loop.time() - started,
-                 self.config.server.host, self.config.server.port, self.config.scheduler.policy)
+        log.info("ready in %.1f s on http://%s:%d (%s, policy %s)", loop.time() - started,
+                 server.host, server.port, server.http, self.config.scheduler.policy)
         sdnotify.notify("READY=1", "STATUS=serving")
         failed = self._spawn(self.service.failed.wait(), "engines-failed")  # type: ignore[arg-type]
         await asyncio.wait([http, self._spawn(self._stop.wait(), "stop"), failed],  # type: ignore[arg-type]
@@ -75,6 +74,10 @@ class Daemon:
         await self._shutdown(drain=True)
         if self.service.failed.is_set():
             log.critical("exiting with status 1: no engine could be restarted")
+            return 1
+        if http.done() and not http.cancelled() and http.exception() is not None:
+            log.critical("exiting with status 1: the HTTP server (%s) failed",
+                         server.http, exc_info=http.exception())
             return 1
         return 0
 
@@ -89,23 +92,12 @@ class Daemon:
             raise RuntimeError("stopped during start-up")
         start.result()
 
-    async def _serve_http(self) -> None:
+    async def _serve_http(self, sock: socket.socket) -> None:
         assert self.service is not None
-        server = self.config.server
-        # Bound here: uvicorn exits the process (sys.exit) when it cannot bind.
-        sock = socket.create_server(
-            (server.host, server.port), backlog=server.backlog,
-            family=socket.AF_INET6 if ":" in server.host else socket.AF_INET)
-        http = _HttpServer(uvicorn.Config(
-            build_app(self.service), http="httptools", ws="none", loop="none",
-            backlog=server.backlog, proxy_headers=False, log_config=None, access_log=False,
-            timeout_graceful_shutdown=math.ceil(server.graceful_timeout_s)))
-        stop = asyncio.ensure_future(self._http_stop.wait())
-        stop.add_done_callback(lambda _: setattr(http, "should_exit", True))
         try:
-            await http.serve(sockets=[sock])
+            await httpserver.serve(build_app(self.service), sock, self.config.server,
+                                   self._http_stop)
         finally:
-            stop.cancel()
             sock.close()
 
     async def _watchdog(self, interval_s: float) -> None:
@@ -160,14 +152,6 @@ class Daemon:
             sdnotify.notify("READY=1", "STATUS=serving")
         if self.service is not None:  # a retrained model put in the predictor's folder
             self._spawn(self.service.predictions.reload(), "predictor-reload")
-
-
-class _HttpServer(uvicorn.Server):
-    """uvicorn without its own signal handling: the daemon's (drain first) is the one."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def _set_log_level(config: Config) -> None:

@@ -24,6 +24,7 @@ from daemon.core.job import Job, SamplingSpec, Slo
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
 from daemon.core.stream import OutputStream
+from daemon.executors import requestlimits
 from daemon.executors.base import Executor
 from daemon.http.metrics import Metrics
 from daemon.policysetup import make_policy
@@ -65,7 +66,9 @@ def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Que
     settings, its estimates in `cost` (default: the config's cost model); `ports`:
     Scheduler's predictor, remaining and ended."""
     lanes = [Lane(ex.name, ex.commands, slots_per_engine(config)) for ex in executors]
-    return Scheduler(lanes, make_policy(config, cost=cost), config.scheduler, inbox, **ports)
+    core = Scheduler(lanes, make_policy(config, cost=cost), config.scheduler, inbox, **ports)
+    core.forecast.enforce = config.slo.enforce
+    return core
 
 
 def build_tool_parsing(config: Config, tokenizer: Tokenizer) -> ToolParsing | None:
@@ -88,6 +91,8 @@ class Service:
         self.tokenizer = tokenizer
         self.tool_parsing = build_tool_parsing(config, tokenizer)
         self.max_model_len = model_context_len(config)
+        # vLLM's request limits (its environment variables), applied at the door
+        self.request_limits = requestlimits.read()
         inbox: asyncio.Queue[Event] = asyncio.Queue()
         self.executors = build_executors(config, inbox)
         self.metrics = Metrics()
@@ -191,6 +196,7 @@ class Service:
         """Adopt a reloaded tree whose restart-only sections equal the running ones."""
         keys = self._load_keys(config)  # the file's contents change live; may raise
         self.scheduler.reconfigure(config.scheduler, make_policy(config))
+        self.scheduler.forecast.enforce = config.slo.enforce  # read on the same loop
         self.keys = keys
         self.config = config
 

@@ -4,6 +4,7 @@ that HTTP never imports vLLM) and the plain data it gets back."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -48,4 +49,9 @@ class ToolParsing(Protocol):
     """The configured parser; `request` is the chat request's JSON body."""
 
     def reader(self, request: dict[str, Any], prompt_token_ids: list[int]) -> ToolCallReader:
+        ...
+
+    def readers(self, request: dict[str, Any], prompt_token_ids: list[int], count: int
+                ) -> Sequence[ToolCallReader]:
+        """`count` readers of one request (one per choice), the request read once."""
         ...

@@ -56,9 +56,10 @@ def free_port() -> int:
 def config_text(model: Path, port: int, *, engine_kind: str = "vllm", max_running: int = 4,
                 max_num_seqs: int = 4, drain_timeout_s: float = 30.0, policy: str = "fcfs",
                 dtype: str = "auto", max_waiting: int = 1024, tool_call_parser: str = "",
-                extra: str = "") -> str:
+                http: str = "uvicorn", extra: str = "") -> str:
     return f"""
 [server]
+http = "{http}"
 port = {port}
 [model]
 path = "{model}"
@@ -77,6 +78,13 @@ max_waiting = {max_waiting}
 drain_timeout_s = {drain_timeout_s}
 {extra}
 """
+
+
+def listen_backlog(port: int) -> int:
+    """The backlog of the socket listening on `port`: its Send-Q in `ss -ltn`."""
+    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    return int(out[2])
 
 
 def sim_profile(path: Path, **costs: float) -> str:

@@ -45,11 +45,11 @@ def test_shipped_file_is_valid_and_documents_every_operator_key() -> None:
     assert _undocumented(Config(), "", SHIPPED.read_text()) == []
 
 
-def test_shipped_file_has_at_most_45_keys_each_commented() -> None:
+def test_shipped_file_has_at_most_46_keys_each_commented() -> None:
     """What an operator sets, and only that: loading it without LENGTHWISE_BENCH_KNOBS
     (above) proves that no benchmark knob is among them."""
     keys = [line for line in SHIPPED.read_text().splitlines() if _KEY.match(line)]
-    assert len(keys) <= 45
+    assert len(keys) <= 46
     assert [line for line in keys if "#" not in line] == []
 
 
@@ -73,6 +73,7 @@ def test_shipped_file_has_at_most_45_keys_each_commented() -> None:
     ("[predictor]\nthreads = 0\n", "predictor.threads = 0: Expected `int` >= 1"),
     ("[limits]\npriority_range = [5, 1]\n", "limits.priority_range must be [min, max]"),
     ("[log]\nlevel = 'loud'\n", "log.level = 'loud': Invalid enum value"),
+    ("[server]\nhttp = 'h2'\n", "server.http = 'h2': Invalid enum value"),
     ("[slo]\nclasses = { gold = { ttft_ms = 1 } }\n", "slo.classes.gold: a class is a request"),
     ("[slo]\nclasses = { 0 = { ttft_ms = -1 } }\n", "slo.classes[...].ttft_ms: Expected `float` > 0"),
     ("[slo]\nclasses = { 0 = { ttft = 1 } }\n", "ttft"),
@@ -144,6 +145,10 @@ def test_restart_only_changes_are_named() -> None:
     old = Config()
     new = config.decode("[server]\nport = 9000\n[scheduler]\nmax_running = 2\n")
     assert config.restart_only_changes(old, new) == ["server"]
+    # The HTTP server is chosen once, at start (daemon/httpserver.py).
+    hypercorn = config.decode("[server]\nhttp = 'hypercorn'\n")
+    assert hypercorn.server.http == "hypercorn" and old.server.http == "uvicorn"
+    assert config.restart_only_changes(old, hypercorn) == ["server"]
     # Each engine loads its KV connector at start: kvstore changes need a restart.
     kv = config.decode("[kvstore]\nenabled = true\nquantization = 'none'\n")
     assert kv.kvstore.enabled and kv.kvstore.quantization == "none"

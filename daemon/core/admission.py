@@ -13,6 +13,15 @@ MIN_OBSERVED were seen. A running job past its estimate counts its context plus 
 A lane with nothing running admits any job: one bigger than the cache is the engine's
 to handle.
 
+The projection is an estimate from noisy predictions, and holding a job is a sure cost:
+admission is work-conserving. A job whose context (and its next tokens) fits in the KV
+the running jobs hold *now* starts even where the projected peak overflows, unless the
+wait until the peak fits is shorter than the price of the preemption the overflow would
+cause (`overcommit_pays`: the recompute of the job the engine would preempt, which stalls
+every job in its batch). The engine's own preemption then picks the job lengthwise ranks
+last (vLLM's priority scheduling, with the policy's engine priority), so prediction
+chooses which job yields, not whether the cache idles.
+
 What must fit is the *peak* of the running set's projected KV, not the sum of the
 footprints: job i holds its context c_i + t at t steps from now until its answer ends at
 r_i (its footprint minus its context), then frees it, so the set holds
@@ -29,7 +38,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -39,6 +48,9 @@ from daemon.core.job import Job
 MIN_OBSERVED = 20  # observed answers before their quantile stands in for a missing prediction
 _RECENT = 256  # observed answers kept
 _REQUANTILE_EVERY = 16  # observations between recomputations of their quantile
+# Tokens of growth each running job is given on top of its context when the KV held now is
+# counted: the engine runs ahead of the core by the steps in flight (a round trip).
+NOW_HEADROOM_TOKENS = 16
 
 
 class KVLedger:
@@ -97,6 +109,14 @@ class KVLedger:
             contexts += context
             peak = max(peak, (contexts + active * rest) / self.block_size + active)
         return math.ceil(peak)
+
+    def now_blocks(self, extra_contexts: Sequence[int] = (),
+                   without: frozenset[str] = frozenset()) -> int:
+        """Blocks the running jobs (but those in `without`; and jobs of `extra_contexts`
+        tokens) hold now, each with NOW_HEADROOM_TOKENS of growth. O(n)."""
+        held = [context for job_id, context in self._context.items() if job_id not in without]
+        return sum(self.blocks_for(context + NOW_HEADROOM_TOKENS)
+                   for context in (*held, *extra_contexts))
 
     def __len__(self) -> int:
         return len(self._of)
@@ -168,6 +188,23 @@ def fits(capacity: Capacity | None, ledger: KVLedger, running: int, tokens: floa
     if capacity is None or running <= len(without):
         return True
     return ledger.peak_blocks([(context_tokens, tokens)], without) <= capacity.kv_blocks
+
+
+def fits_now(capacity: Capacity | None, ledger: KVLedger, running: int, context_tokens: int,
+             without: frozenset[str] = frozenset()) -> bool:
+    """Whether a job with `context_tokens` of context can start now: it and the running jobs
+    (but those in `without`) fit in the cache as they are, each with its next tokens."""
+    if capacity is None or running <= len(without):
+        return True
+    return ledger.now_blocks([context_tokens], without) <= capacity.kv_blocks
+
+
+def overcommit_pays(wait_s: float, victim_context_tokens: int, batch: int,
+                    prefill_s: Callable[[int], float]) -> bool:
+    """Whether starting a job now, past the projected peak, beats holding it `wait_s`: the
+    overflow costs (at most) one recompute of the victim's context, during which the
+    `batch` jobs beside it wait (the learned clock's `prefill_s`)."""
+    return wait_s > prefill_s(victim_context_tokens) * max(batch, 1)
 
 
 def seconds_until_fits(capacity: Capacity | None, ledger: KVLedger,

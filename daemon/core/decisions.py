@@ -58,7 +58,7 @@ def launches(ctx: DispatchContext, policy: Policy, lookahead: bool, lanes: Mappi
             log.error("policy %s proposed an invalid dispatch of %s to %s", policy.name,
                       job.job_id, view.name)
             return
-        lane = lane_that_fits(job, lane, footprint(job), list(lanes.values()), policy)
+        lane = lane_that_fits(job, lane, footprint(job), list(lanes.values()), policy, left)
         if lane is None:
             if backfills:
                 yield from backfill(ctx, policy, job, lanes, footprint, left)
@@ -98,18 +98,53 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
 
 
 def lane_that_fits(job: Job, lane: Lane, kv_tokens: float, lanes: Sequence[Lane],
-                   policy: Policy) -> Lane | None:
-    """`lane` if the job's KV footprint fits there now (memory admission; always by count
-    only); else the policy's choice among the other lanes with a free slot where it fits;
-    None when it fits nowhere yet."""
+                   policy: Policy, left: slo.Left | None = None) -> Lane | None:
+    """`lane` if the job may start there now (admits); else the policy's choice among the
+    other lanes with a free slot where it may; None when it may start nowhere yet."""
     context = job.num_context_tokens
-    if lane.fits(kv_tokens, context):
+    if admits(lane, kv_tokens, context, policy, left):
         return lane
-    others = {other.name: other for other in lanes
-              if other is not lane and other.free_slots > 0 and other.fits(kv_tokens, context)}
+    others = {other.name: other for other in lanes if other is not lane
+              and other.free_slots > 0 and admits(other, kv_tokens, context, policy, left)}
     if not others:
         return None
     return others.get(policy.choose_executor(job, list(others.values())).name)
+
+
+def admits(lane: Lane, kv_tokens: float, context: int, policy: Policy,
+           left: slo.Left | None) -> bool:
+    """Memory admission (core/admission.py): the job's KV footprint fits at the projected
+    peak; or, work-conserving, its context fits in the KV held now and waiting for the peak
+    to fit would cost more than the preemption the overflow may cause (by count only: a
+    free slot is enough)."""
+    if lane.fits(kv_tokens, context):
+        return True
+    if left is None or not lane.fits_now(context):
+        return False
+    wait = admission.seconds_until_fits(lane.capacity, lane.kv,
+                                        slo.running_ends(lane, policy, left), kv_tokens, context)
+    victim = max(lane.running.values(), key=lambda other: (policy.engine_priority(other),
+                                                             other.arrival_time))
+    return admission.overcommit_pays(wait, victim.num_context_tokens, len(lane.running),
+                                     policy.cost.prefill_s)
+
+
+def hold_reason(lane: Lane, job: Job, kv_tokens: float, policy: Policy,
+                left: slo.Left) -> str | None:
+    """Why a decision round left `job` (the next in order, not launched) waiting although
+    `lane` has a free slot and KV for its context now; None where it does not (no free
+    slot, or its context does not fit now: nothing to explain).
+    "wait-is-cheaper": room frees sooner than a preemption would cost (admits);
+    "peak": scheduler.admission = "peak" holds it until the projected peak fits;
+    "policy": admission would start it but the policy's order or pacing chose no launch
+    (e.g. scls's batching interval, or a job the look-ahead guard put first elsewhere)."""
+    context = job.num_context_tokens
+    if lane.free_slots <= 0 or not lane.memory_bound or not admission.fits_now(
+            lane.capacity, lane.kv, len(lane.running), context):
+        return None if lane.free_slots <= 0 or lane.memory_bound else "policy"
+    if admits(lane, kv_tokens, context, policy, left):
+        return "policy"
+    return "wait-is-cheaper" if lane.work_conserving else "peak"
 
 
 def _guard(pick: tuple[Job, ExecutorView], ctx: DispatchContext, policy: Policy

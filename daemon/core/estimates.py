@@ -52,6 +52,7 @@ class Estimates:
         for lane in self.lanes:
             lane.set_capacity(None, config.fixed_running)
             lane.spare = config.engine_queue
+            lane.work_conserving = config.admission == "work-conserving"
         if policy.cost is not self.policy.cost or policy is self.policy:
             self.prior = policy.cost
             for lane in self.lanes:

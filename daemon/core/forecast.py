@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from daemon.core import admission, slo
+from daemon.core import admission, decisions, slo
 from daemon.core.estimates import Estimates
 from daemon.core.job import Job
 from daemon.core.lanes import Lane
@@ -52,6 +52,9 @@ class Forecaster:
         self.lanes = lanes
         self.estimates = estimates
         self.now = now
+        # Refuse what cannot meet its objective ([slo] enforce); False: shadow mode, where
+        # such a job is served and marked (Job.would_refuse) so that its outcome is counted.
+        self.enforce = True
         # accepted job id -> (loop time of its admission, its forecast wait, s)
         self._promised: dict[str, tuple[float, float]] = {}
         # (loop time, real / forecast wait) of the latest starts admission promised
@@ -119,8 +122,10 @@ class Forecaster:
             wait = self.wait_s(job, pending)
             refusal = slo.refusal(job, self._start_s(job, wait), self.estimates.policy,
                                   self.decode_step_s())
-            if refusal is not None:
+            if refusal is not None and self.enforce:
                 raise SloUnreachable(refusal)
+            if refusal is not None:  # shadow mode: served, and its outcome counted
+                job.would_refuse = refusal.reason
         victim = None
         if queued - len(shedding) >= max_waiting:
             victim = self.sheddable_for(job, shedding)
@@ -178,6 +183,9 @@ class Forecaster:
         serving = [lane for lane in (lanes or self.lanes) if lane.down_reason is None]
         first = [(other.num_context_tokens, footprint(other))
                  for other in ahead[:MEMORY_AHEAD]]
+        if not first and any(lane.free_slots > 0 and decisions.admits(
+                lane, tokens, context, policy, left) for lane in serving):
+            return 0.0  # it would start now (work-conserving admission)
         return min((admission.seconds_until_fits(
             lane.capacity, lane.kv, slo.running_ends(lane, policy, left), tokens, context,
             first[k::len(serving)]) if lane.memory_bound else 0.0

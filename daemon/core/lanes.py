@@ -67,12 +67,18 @@ class Lane:
     work: RunningWork = field(default_factory=RunningWork)
     # Admit by predicted KV footprint too (scheduler.max_running = "auto").
     memory_bound: bool = False
+    # Under memory admission, start a job whose context fits in the KV held now even past
+    # the projected peak, where that pays (core/admission.py; scheduler.admission).
+    work_conserving: bool = True
     capacity: Capacity | None = None  # what the engine holds, once it said
     kv: admission.KVLedger = field(default_factory=admission.KVLedger)  # reserved KV
     clock: StepClock = field(default_factory=StepClock)  # its engine's learned step times
     down_reason: str | None = None  # why its engine does not serve now; None = up
     failed: bool = False  # its engine could not be restarted: down for good
     stats: LaneStats = field(default_factory=LaneStats)
+    # Decision rounds that left the next waiting job waiting while this lane had a free
+    # slot and KV for its context now, by the rule that held it (decisions.hold_reason).
+    held: dict[str, int] = field(default_factory=dict)
     resumes: ResumeStats = field(default_factory=ResumeStats)
     offloaded_resumes: ResumeStats = field(default_factory=ResumeStats)  # KV from kvstore
 
@@ -83,8 +89,19 @@ class Lane:
         return max(self.max_running + self.spare - len(self.running), 0)
 
     def _memory_full(self) -> bool:
-        return (self.memory_bound and self.capacity is not None and bool(self.running)
-                and self.kv.peak_blocks() >= self.capacity.kv_blocks)
+        if not (self.memory_bound and self.capacity is not None and self.running):
+            return False
+        held = self.kv.now_blocks() if self.work_conserving else self.kv.peak_blocks()
+        return held >= self.capacity.kv_blocks
+
+    def fits_now(self, context_tokens: int, without: frozenset[str] = frozenset()) -> bool:
+        """Whether a job with this context can start now beside the running jobs (but those
+        in `without`) as they are (always, by count only; never where the lane admits by
+        the projected peak alone)."""
+        if not self.memory_bound:
+            return True
+        return self.work_conserving and admission.fits_now(
+            self.capacity, self.kv, len(self.running), context_tokens, without)
 
     def fits(self, kv_tokens: float, context_tokens: int = 0,
              without: frozenset[str] = frozenset()) -> bool:

@@ -174,10 +174,21 @@ class Scheduler:
             self._first_enqueue(job)
             return
         self._predictor.request(job)
-        if self.policy.uses_predictions and not job.on_time:
+        if self.policy.uses_predictions and not job.on_time and self._contended(job):
             self._predicting[job.job_id] = job  # queued when its prediction comes
-        else:  # fcfs, or by its deadline: the prediction comes while it waits or runs
-            self._first_enqueue(job)
+        else:  # fcfs, by its deadline, or nothing to order it against: the prediction
+            self._first_enqueue(job)  # comes while it waits or runs
+
+    def _contended(self, job: Job) -> bool:
+        """Whether the job's place in the order matters now: others wait or are being
+        predicted, or no lane can start it at once. An uncontended job is not held for its
+        prediction (up to predictor.timeout_s), which would only delay its first token."""
+        if len(self.waiting) or self._predicting:
+            return True
+        tokens, context = self.estimates.footprint(job), job.num_context_tokens
+        return not any(lane.free_slots > 0 and decisions.admits(
+            lane, tokens, context, self.policy, self.estimates.left_tokens)
+            for lane in self.lanes)
 
     def _first_enqueue(self, job: Job) -> None:
         if job.first_prediction is None:
@@ -198,7 +209,9 @@ class Scheduler:
             if self._predicting.pop(job.job_id, None) is not None:
                 self._first_enqueue(job)
                 return
-            self.estimates.observe_arrival(job)  # queued before it was predicted (fcfs)
+            self.estimates.observe_arrival(job)  # queued before it was predicted
+            if job.first_prediction is None:
+                job.first_prediction = event.total_tokens
         self._set_prediction(job, event.total_tokens)
 
     def _set_prediction(self, job: Job, tokens: float) -> None:
@@ -297,6 +310,8 @@ class Scheduler:
             self._launch(job, lane)
         if started and self.forecast.counts_overtakes:
             self.waiting.overtaken(started)
+        if len(self.waiting):
+            self._count_held(ctx)
         if self.config.aging.preempt and len(self.waiting):
             for victim in decisions.for_promoted(ctx, self.policy, self._by_name,
                                                    self.estimates.footprint):
@@ -305,6 +320,19 @@ class Scheduler:
             for victim in decisions.by_policy(ctx, self.policy):
                 self._preempt(victim, ctx)
         self._policy_wakeup = self.policy.after_round(ctx)
+
+    def _count_held(self, ctx: DispatchContext) -> None:
+        """The next waiting job stays although some lane has a free slot and KV for it now:
+        count the rule that held it there (Lane.held, /metrics), so that no hold is silent."""
+        head = ctx.waiting.best(ctx.now, 1)
+        if not head:
+            return
+        tokens = self.estimates.footprint(head[0])
+        for lane in self.lanes:
+            reason = decisions.hold_reason(lane, head[0], tokens, self.policy,
+                                           self.estimates.left_tokens)
+            if reason is not None:
+                lane.held[reason] = lane.held.get(reason, 0) + 1
 
     def _launch(self, job: Job, lane: Lane) -> None:
         kv_tokens, stream = self.estimates.footprint(job), self._streams[job.job_id]

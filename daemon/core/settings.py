@@ -37,7 +37,11 @@ class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     # x the jobs running together; without overtaking: it may wait this many typical
     # service times); 0 = only the absolute bound below. Lower: tail nearer FCFS's;
     # higher: mean nearer the policy's own.
-    slowdown: Annotated[float, _NonNegative] = 2.0
+    # 0.5: "never worse than vLLM" first. In the simulator's memory-bound regime (tiny-engine
+    # profile, Gamma CV 2, 300 requests) ssjf's p99 JCT at 1.0x load was 1.21x FCFS's with
+    # 2.0, 1.05x with 1.0 and 1.02x with 0.5, its mean 0.82x / 0.86x / 0.90x
+    # (docs/results/2026-11-26-admission-sim.md).
+    slowdown: Annotated[float, _NonNegative] = 0.5
     # Absolute backstop (s): no job waits longer than this in total, whatever its size.
     promote_after_s: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     # Seconds every job may wait before its bound applies (a floor, <= promote_after_s).
@@ -99,6 +103,11 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # they fit if they are predicted to end before it could start (core/decisions.py,
     # backfill); off: every job behind it waits, as in vLLM's own scheduler.
     backfill: Annotated[bool, BENCH_KNOB] = True
+    # Memory admission: "work-conserving" starts a job whose context fits in the KV held
+    # now even past the projected peak, unless waiting for the peak to fit is cheaper than
+    # the preemption the overflow would cost (core/admission.py); "peak" holds it until the
+    # projected peak fits (the former rule, kept to measure against).
+    admission: Annotated[Literal["work-conserving", "peak"], BENCH_KNOB] = "work-conserving"
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
     @property

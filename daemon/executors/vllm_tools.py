@@ -51,11 +51,18 @@ class VLLMToolParsing:
         self.tokenizer = tokenizer
 
     def reader(self, request: dict[str, Any], prompt_token_ids: list[int]) -> VLLMToolReader:
+        return self.readers(request, prompt_token_ids, 1)[0]
+
+    def readers(self, request: dict[str, Any], prompt_token_ids: list[int], count: int
+                ) -> list[VLLMToolReader]:
+        """`count` readers (one per choice: parsers keep state) of one request, which is
+        validated once (its size is the client's, and so is `count`)."""
         fields = {k: request[k] for k in _FIELDS if request.get(k) is not None}
         vllm_request = ChatCompletionRequest.model_validate(_no_nulls(fields))
-        parser = self.parser_cls(self.tokenizer, list(vllm_request.tools or []),
-                                 chat_template_kwargs=vllm_request.chat_template_kwargs)
-        return VLLMToolReader(parser, vllm_request, prompt_token_ids)
+        return [VLLMToolReader(self.parser_cls(self.tokenizer, list(vllm_request.tools or []),
+                                               chat_template_kwargs=
+                                               vllm_request.chat_template_kwargs),
+                               vllm_request, prompt_token_ids) for _ in range(count)]
 
 
 class VLLMToolReader:

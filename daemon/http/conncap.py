@@ -1,12 +1,15 @@
 """A cap on open connections: ASGI middleware in front of the routes.
 
-The HTTP server (uvicorn) accepts every connection the listen backlog hands it. Each HTTP/1.1
-connection carries one request at a time and an idle keep-alive connection is closed after
-uvicorn's keep-alive timeout (5 s), so what holds memory and file descriptors are connections with a
-request in flight: SSE streams, bodies being read, waits for a slot. Beyond
-`server.max_connections` of those a new request gets 503 with Retry-After and
-`Connection: close` at once, before its body is read. /health and /metrics are not counted
-nor refused: probes must see the daemon's state under load, not the cap.
+The HTTP server (uvicorn or hypercorn) accepts every connection the listen backlog hands it.
+Each HTTP/1.1 connection carries one request at a time and an idle keep-alive connection is
+closed after the server's keep-alive timeout (5 s on both), so what holds memory and file
+descriptors are connections with a request in flight: SSE streams, bodies being read, waits
+for a slot. Beyond `server.max_connections` of those a new request gets 503 with Retry-After
+and `Connection: close` at once, before its body is read. On HTTP/2 (hypercorn's h2c) each
+request in flight is one stream of a shared connection and counts as one; the h2 library
+drops the Connection header there (HTTP/2 has none) and the connection stays open.
+/health and /metrics are not counted nor refused: probes must see the daemon's state under
+load, not the cap.
 """
 
 from __future__ import annotations

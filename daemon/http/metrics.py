@@ -92,6 +92,16 @@ class _SchedulerCollector(Collector):
             for lane in sched.lanes:
                 family.add_metric([lane.name], getattr(lane.stats, field))
             yield family
+        held = CounterMetricFamily(
+            "lengthwise_admission_held", "Decision rounds that left the next waiting job "
+            "waiting while this executor had a free slot and KV for it now, by the rule that "
+            "held it: wait-is-cheaper (room frees sooner than a preemption costs), peak "
+            "(scheduler.admission = peak), policy (the policy's order or pacing)",
+            labels=["executor", "reason"])
+        for lane in sched.lanes:
+            for reason, count in lane.held.items():
+                held.add_metric([lane.name, reason], count)
+        yield held
         yield from _kv_families(sched, self._executors)
         pstats = self._predictions.stats
         yield CounterMetricFamily("lengthwise_predictions", "Output-length predictions made",

@@ -22,12 +22,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from daemon.core.stream import TokenDelta
-from daemon.http import chat, tools, translate
+from daemon.http import chat, limits, tools, translate
 from daemon.http import logprobs as lp
 from daemon.http import responses_input as inp
 from daemon.http import responses_output as out
 from daemon.http.auth import authorize
 from daemon.http.errors import bad_request
+from daemon.http.prepare import Prepared
 from daemon.http.render import Prompt
 from daemon.http.response_store import Entry, ResponseStore
 from daemon.http.responses_objects import OutputItem, ResponseObject
@@ -114,6 +115,7 @@ class ResponsesApi:
         routes._check_model(req.model)
         chosen = inp.check(req)
         fields = inp.sampling_fields(req)
+        limits.check_sampling(fields, svc.request_limits, svc.config.scheduler.max_waiting)
         objective = routes._objective(fields, key, request)
         history, previous_output = self._previous(req)
         messages = inp.conversation(req, history, previous_output)
@@ -124,9 +126,14 @@ class ResponsesApi:
         spec = translate.sampling_spec(fields, self._max_tokens(req, len(ids)), logprobs=top,
                                        prompt_logprobs=None,
                                        tool_schema=schema)
+        translate.check_engine_limits(spec, svc.tokenizer.vocab_size)
+        try:
+            svc.check_sampling(spec)
+        except ValueError as exc:
+            raise bad_request(str(exc), getattr(exc, "param", None)) from None
         reader = self._reader(creq, ids)
-        answer = await routes._admit(fields, [Prompt(ids, "", plain)], "resp", objective,
-                                     lambda p: spec)
+        answer = await routes._admit(fields, Prepared([Prompt(ids, "", plain)], [spec], top),
+                                     "resp", objective)
         shape = None if top is None else lp.Shape(top, False, svc.tokenizer.decode_one)
         return Turn(req, req.request_id or out.new_id("resp"), int(time.time()),
                     svc.config.model.name, spec, chosen, messages, text, answer, reader,

@@ -100,16 +100,26 @@ class Answer:
                 yield one, item
                 if isinstance(item, JobEnd):
                     return
-        pending = {asyncio.ensure_future(c.stream.next()): c for c in self.choices}
+        # One waiter per choice, each handing itself to `ready` when its item comes: a
+        # constant cost per item however many choices (asyncio.wait costs one per choice).
+        ready: asyncio.Queue[asyncio.Future[TokenDelta | JobEnd]] = asyncio.Queue()
+        pending: dict[asyncio.Future[TokenDelta | JobEnd], Choice] = {}
+
+        def wait_for(choice: Choice) -> None:
+            waiter = asyncio.ensure_future(choice.stream.next())
+            waiter.add_done_callback(ready.put_nowait)
+            pending[waiter] = choice
+
+        for c in self.choices:
+            wait_for(c)
         try:
             while pending:
-                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=lambda t: pending[t].index):
-                    choice = pending.pop(task)
-                    item = task.result()
-                    yield choice, item
-                    if not isinstance(item, JobEnd):
-                        pending[asyncio.ensure_future(choice.stream.next())] = choice
+                waiter = await ready.get()
+                choice = pending.pop(waiter)
+                item = waiter.result()
+                yield choice, item
+                if not isinstance(item, JobEnd):
+                    wait_for(choice)
         finally:
             for task in pending:
                 task.cancel()

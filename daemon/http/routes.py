@@ -1,6 +1,7 @@
 """Route handlers: translate HTTP <-> a job for the core and its output stream, nothing else.
 
-A request is read and checked here, tokenized, and handed to the core (Service.submit puts a
+A request is read and checked here (its size first: limits.py; what walks its contents and
+tokenizes it runs in a worker thread: prepare.py), and handed to the core (Service.submit puts a
 Submitted event in its inbox, or refuses at once: 429/503). The response then reads the job's
 output stream; a client that leaves cancels the job (a Cancelled event)."""
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
@@ -16,35 +17,41 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from daemon.apikeys import ApiKey
-from daemon.core.job import SamplingSpec, Slo
+from daemon.core.job import Job, SamplingSpec, Slo
 from daemon.core.ports import NotAccepting, QueueFull, SloUnreachable
 from daemon.core.stream import JobEnd, TokenDelta
-from daemon.http import chat, render, slo, tools, translate
+from daemon.http import chat, limits, prepare, render, slo, translate
 from daemon.http import logprobs as lp
 from daemon.http.auth import authorize
 from daemon.http.errors import ApiError
-from daemon.http.render import Answer, Choice, Options, Prompt
+from daemon.http.prepare import Prepared
+from daemon.http.render import Answer, Choice, Options
 from daemon.http.responses import (
     ChatCompletion,
     Completion,
     ModelCard,
     ModelList,
 )
-from daemon.http.schemas import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    NamedToolChoice,
-    SamplingFields,
-)
+from daemon.http.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from daemon.service import Service
-from daemon.tokenizer import TemplateError
-from daemon.toolcalls import ToolCallReader
 
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+_ADMIT_CHUNK = 64  # jobs made and submitted per turn of the event loop
+_RENDER_ON_LOOP = 16  # whole answers of more choices are built off the loop
 
 
 def _json(obj: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(msgspec.json.encode(obj), status, headers, media_type="application/json")
+
+
+async def _whole(body: Callable[[], object], num_choices: int, headers: dict[str, str]
+                 ) -> Response:
+    """A whole answer's response; built in a worker thread when it has many choices (their
+    number is the client's; their jobs have ended, so nothing changes them meanwhile)."""
+    if num_choices <= _RENDER_ON_LOOP:
+        return _json(body(), headers=headers)
+    content = await asyncio.to_thread(lambda: msgspec.json.encode(body()))
+    return Response(content, 200, headers, media_type="application/json")
 
 
 class Routes:
@@ -54,16 +61,8 @@ class Routes:
     # ---- admission ----------------------------------------------------------------------
 
     async def _read(self, request: Request, kind: type[msgspec.Struct]) -> Any:
-        limit = self.service.config.server.max_body_bytes
-        if int(request.headers.get("content-length") or 0) > limit:
-            raise ApiError(413, f"request body exceeds {limit} bytes")
-        chunks, size = [], 0
-        async for chunk in request.stream():  # a chunked body is cut as it streams in
-            size += len(chunk)
-            if size > limit:
-                raise ApiError(413, f"request body exceeds {limit} bytes")
-            chunks.append(chunk)
-        return translate.decode_body(b"".join(chunks), kind)
+        body = await limits.read_body(request, self.service.config.server.max_body_bytes)
+        return translate.decode_body(body, kind)
 
     def _check_model(self, name: str | None) -> None:
         served = self.service.config.model.name
@@ -81,12 +80,10 @@ class Routes:
             raise ApiError(403, f"key {key.name!r} may use priority {low}..{high} only",
                            "permission_error", "priority")
 
-    def _check_sampling(self, spec: SamplingSpec) -> None:
-        translate.check_engine_limits(spec, self.service.tokenizer.vocab_size)
-        try:
-            self.service.check_sampling(spec)
-        except ValueError as exc:
-            raise translate.bad_request(str(exc), getattr(exc, "param", None)) from None
+    def _check_ready(self) -> None:
+        if not self.service.ready:
+            raise ApiError(503, "the server is starting; retry shortly", "server_error",
+                           retry_after_s=self.service.retry_after_s())
 
     def _objective(self, req: SamplingFields, key: ApiKey | None, request: Request
                    ) -> Slo | None:
@@ -98,7 +95,7 @@ class Routes:
         svc = self.service
         self._check_priority(req.priority, key)
         objective = slo.objective(request.headers, req.priority, key, svc.config.slo.classes)
-        if objective is None or not svc.ready:
+        if objective is None or not svc.ready or not svc.config.slo.enforce:
             return objective
         probe = svc.new_job([], SamplingSpec(max_tokens=1), req.priority, "probe", None,
                             objective)
@@ -108,52 +105,62 @@ class Routes:
             raise slo.refused(SloUnreachable(refusal))
         return objective
 
-    async def _admit(self, req: SamplingFields, prompts: list[Prompt], prefix: str,
-                     objective: Slo | None, spec_for: Any) -> Answer:
-        """Jobs for every prompt x n choices, all or none (`objective`: _objective's)."""
+    async def _admit(self, req: SamplingFields, prepared: Prepared, prefix: str,
+                     objective: Slo | None) -> Answer:
+        """Jobs for every prompt x n choices, all or none (`objective`: _objective's). They
+        are made and submitted a chunk at a time, the loop serving others in between: how
+        many there are is the client's choice (limits.check_sequences bounds it)."""
         svc = self.service
-        if not svc.ready:
-            raise ApiError(503, "the server is starting; retry shortly", "server_error",
-                           retry_after_s=svc.retry_after_s())
-        specs = [spec_for(p) for p in prompts]
-        for spec in dict.fromkeys(specs):
-            self._check_sampling(spec)
+        self._check_ready()
         n = req.n or 1
-        jobs = []
-        for p, spec in zip(prompts, specs, strict=True):
-            for k in range(n):
-                # n samples of one prompt: seed + k each, as vLLM's parallel sampling
-                child = spec if k == 0 or spec.seed is None else \
-                    msgspec.structs.replace(spec, seed=spec.seed + k)
-                jobs.append((p, svc.new_job(p.ids, child, req.priority, prefix, p.messages,
-                                            objective)))
         choices: list[Choice] = []
+        first: Job | None = None
         try:
-            for index, (p, job) in enumerate(jobs):
+            for index in range(len(prepared.prompts) * n):
+                if index and index % _ADMIT_CHUNK == 0:
+                    await asyncio.sleep(0)
+                p, spec = prepared.prompts[index // n], prepared.specs[index // n]
+                if index % n and spec.seed is not None:
+                    # n samples of one prompt: seed + k each, as vLLM's parallel sampling
+                    spec = msgspec.structs.replace(spec, seed=spec.seed + index % n)
+                job = svc.new_job(p.ids, spec, req.priority, prefix, p.messages, objective)
+                first = first or job
                 choices.append(Choice(index, job.job_id, svc.submit(job), p.ids, p.text))
         except (NotAccepting, QueueFull, SloUnreachable) as exc:
-            for c in choices:
-                svc.scheduler.cancel(c.job_id)
-            if isinstance(exc, NotAccepting):
-                raise ApiError(503, f"{exc}", "server_error",
-                               retry_after_s=svc.retry_after_s()) from None
-            if isinstance(exc, SloUnreachable):
-                svc.metrics.slo.refused(req.priority)
-                raise slo.refused(exc) from None
-            err = ApiError(429, f"server overloaded: {exc}; retry later", "rate_limit_error",
-                           retry_after_s=svc.retry_after_s())
-            err.headers[slo.DROPPED_HEADER] = slo.SATURATED
-            raise err from None
+            self._cancel(choices)
+            raise self._refusal(exc, req.priority) from None
+        except BaseException:  # the client left between two chunks
+            self._cancel(choices)
+            raise
         try:  # the headers carry the prediction, which the core asks for at once
             predicted = await choices[0].stream.prediction()
         except BaseException:  # the client left meanwhile
-            for c in choices:
-                svc.scheduler.cancel(c.job_id)
+            self._cancel(choices)
             raise
         answer_id = f"{prefix}-{req.request_id}" if req.request_id else choices[0].job_id
         answer = Answer(answer_id, choices, predicted)
-        answer.headers.update(slo.latency_headers(svc.scheduler.forecast.latency(jobs[0][1])))
+        assert first is not None  # a request has a prompt
+        answer.headers.update(slo.latency_headers(svc.scheduler.forecast.latency(first)))
         return answer
+
+    def _cancel(self, choices: list[Choice]) -> None:
+        for c in choices:
+            self.service.scheduler.cancel(c.job_id)
+
+    def _refusal(self, exc: NotAccepting | QueueFull | SloUnreachable, priority: int
+                 ) -> ApiError:
+        """What waiting can cure: 503 (not accepting), 429 (queue full, objective out of
+        reach now), with Retry-After."""
+        svc = self.service
+        if isinstance(exc, NotAccepting):
+            return ApiError(503, f"{exc}", "server_error", retry_after_s=svc.retry_after_s())
+        if isinstance(exc, SloUnreachable):
+            svc.metrics.slo.refused(priority)
+            return slo.refused(exc)
+        err = ApiError(429, f"server overloaded: {exc}; retry later", "rate_limit_error",
+                       retry_after_s=svc.retry_after_s())
+        err.headers[slo.DROPPED_HEADER] = slo.SATURATED
+        return err
 
     def _cancel_rest(self, answer: Answer) -> None:
         answer.cancel_rest(self.service.scheduler)
@@ -198,14 +205,6 @@ class Routes:
                        return_token_ids=bool(req.return_token_ids), include_usage=include,
                        continuous_usage=include and bool(so and so.continuous_usage_stats))
 
-    def _spec(self, req: SamplingFields, p: Prompt, max_new: int, top: int | None,
-              echo: bool, tool_schema: str | None = None) -> SamplingSpec:
-        prompt_lp = req.prompt_logprobs
-        if prompt_lp is None and echo and top is not None:
-            prompt_lp = top
-        return translate.sampling_spec(req, max_new, logprobs=top, prompt_logprobs=prompt_lp,
-                                       tool_schema=tool_schema)
-
     # ---- endpoints ----------------------------------------------------------------------
 
     async def chat_completions(self, request: Request) -> Response:
@@ -213,98 +212,59 @@ class Routes:
         req: ChatCompletionRequest = await self._read(request, ChatCompletionRequest)
         self._check_model(req.model)
         svc = self.service
-        chosen = chat.check(req, svc.config.model.tool_call_parser)
+        limits.check_sampling(req, svc.request_limits, svc.config.scheduler.max_waiting)
         objective = self._objective(req, key, request)
-        template, plain = translate.chat_messages(req)
-        try:
-            ids = await asyncio.to_thread(svc.tokenizer.encode_chat, template,
-                                          add_special_tokens=bool(req.add_special_tokens),
-                                          **chat.template_options(req))
-        except TemplateError as exc:
-            raise translate.bad_request(str(exc), "messages") from None
-        ids = translate.truncate(ids, req.truncate_prompt_tokens, req.truncation_side)
-        top = (req.top_logprobs or 0) if req.logprobs else None
-        requested = req.max_completion_tokens if req.max_completion_tokens is not None \
-            else req.max_tokens
-        schema = tools.schema(req, chosen)
-
-        def spec_for(p: Prompt) -> SamplingSpec:
-            max_new = translate.max_tokens(requested, None, len(p.ids), svc.max_model_len,
-                                           svc.config.limits)
-            return self._spec(req, p, max_new, top, bool(req.echo), schema)
-
-        readers = self._tool_readers(req, chosen, ids)
-        answer = await self._admit(req, [Prompt(ids, "", plain)], "chatcmpl", objective,
-                                   spec_for)
-        opts = self._options(req, top, False)
+        self._check_ready()
+        prepared = await asyncio.to_thread(prepare.chat_request, svc, req)
+        answer = await self._admit(req, prepared, "chatcmpl", objective)
+        opts = self._options(req, prepared.top, False)
         echo = chat.echo_text(req)
+        chosen, readers = prepared.chosen, prepared.readers
         if req.stream:
             return StreamingResponse(chat.stream(answer, opts, chosen, echo, svc.scheduler,
                                                  readers),
                                      media_type="text/event-stream",
                                      headers={**_SSE_HEADERS, **answer.headers})
         await self._collect(request, answer)
-        body = ChatCompletion(answer.id, int(time.time()), opts.model,
-                              [chat.whole(c, opts, chosen, echo,
-                                          readers[c.index] if readers else None)
-                               for c in answer.choices],
-                              render.usage(answer.choices, answer.num_prompt_tokens))
-        if req.return_token_ids:
-            body.prompt_token_ids = ids
-        return _json(body, headers=answer.headers)
 
-    def _tool_readers(self, req: ChatCompletionRequest, chosen: str | NamedToolChoice,
-                      ids: list[int]) -> list[ToolCallReader] | None:
-        """tool_choice "auto" with a tool parser: one parser per choice (they keep state)."""
-        parsing = self.service.tool_parsing
-        if chosen != "auto" or parsing is None:
-            return None
-        body = msgspec.to_builtins(req)
-        try:
-            return [parsing.reader(body, ids) for _ in range(req.n or 1)]
-        except ValueError as exc:  # vLLM's request model refused what its parser reads
-            raise translate.bad_request(f"tool parser: {exc}", "tools") from None
+        def body() -> ChatCompletion:
+            whole = ChatCompletion(answer.id, int(time.time()), opts.model,
+                                   [chat.whole(c, opts, chosen, echo,
+                                               readers[c.index] if readers else None)
+                                    for c in answer.choices],
+                                   render.usage(answer.choices, answer.num_prompt_tokens))
+            if req.return_token_ids:
+                whole.prompt_token_ids = prepared.prompts[0].ids
+            return whole
+
+        return await _whole(body, len(answer.choices), answer.headers)
 
     async def completions(self, request: Request) -> Response:
         key = authorize(self.service.keys, request, "api")
         req: CompletionRequest = await self._read(request, CompletionRequest)
         self._check_model(req.model)
         translate.check_request(req, bool(req.stream))
-        objective = self._objective(req, key, request)
-        tok = self.service.tokenizer
-        add_special = True if req.add_special_tokens is None else req.add_special_tokens
-        prompts = []
-        for one in translate.completion_prompts(req):
-            if isinstance(one, str):
-                ids = await asyncio.to_thread(tok.encode, one, add_special)
-                text = one
-            else:
-                translate.check_vocab(one, tok.vocab_size)
-                ids, text = one, await asyncio.to_thread(tok.decode, one)
-            ids = translate.truncate(ids, req.truncate_prompt_tokens, req.truncation_side)
-            prompts.append(Prompt(ids, text, [{"role": "user", "content": text}]))
-        top = req.logprobs
-        echo = bool(req.echo)
         svc = self.service
-        requested = 1 if echo and req.max_tokens == 0 else req.max_tokens
-
-        def spec_for(p: Prompt) -> SamplingSpec:
-            max_new = translate.max_tokens(requested, 16, len(p.ids), svc.max_model_len,
-                                           svc.config.limits)
-            return self._spec(req, p, max_new, top, echo)
-
-        answer = await self._admit(req, prompts, "cmpl", objective, spec_for)
-        opts = self._options(req, top, echo)
+        limits.check_sampling(req, svc.request_limits, svc.config.scheduler.max_waiting,
+                              limits.num_prompts(req, svc.request_limits))
+        objective = self._objective(req, key, request)
+        self._check_ready()
+        prepared = await asyncio.to_thread(prepare.completion_request, svc, req)
+        answer = await self._admit(req, prepared, "cmpl", objective)
+        opts = self._options(req, prepared.top, bool(req.echo))
         if req.stream:
             return StreamingResponse(self._completion_stream(answer, opts),
                                      media_type="text/event-stream",
                                      headers={**_SSE_HEADERS, **answer.headers})
         await self._collect(request, answer)
-        body = Completion(answer.id, int(time.time()), opts.model,
-                          [render.completion_piece(c, opts, None, True, c.end)
-                           for c in answer.choices],
-                          render.usage(answer.choices, answer.num_prompt_tokens))
-        return _json(body, headers=answer.headers)
+
+        def body() -> Completion:
+            return Completion(answer.id, int(time.time()), opts.model,
+                              [render.completion_piece(c, opts, None, True, c.end)
+                               for c in answer.choices],
+                              render.usage(answer.choices, answer.num_prompt_tokens))
+
+        return await _whole(body, len(answer.choices), answer.headers)
 
     async def _completion_stream(self, answer: Answer, opts: Options) -> AsyncIterator[bytes]:
         created = int(time.time())

@@ -35,6 +35,11 @@ class SloMetrics:
             "lengthwise_slo_tpot_slack_seconds", "TPOT objective minus the actual mean time "
             "per output token (negative: missed)", ["priority"], buckets=_SLACK_BUCKETS,
             registry=registry)
+        self.shadow = Counter(
+            "lengthwise_slo_shadow_refusals", "Requests admission would have refused in "
+            "shadow mode ([slo] enforce = false), served anyway, by class and outcome: met "
+            "(the refusal would have been wrong) or missed; precision = missed / all",
+            ["priority", "outcome"], registry=registry)
 
     def refused(self, priority: int) -> None:
         self.requests.labels(str(priority), "refused").inc()
@@ -55,6 +60,8 @@ class SloMetrics:
                 self.tpot_slack.labels(priority).observe(result.tpot_slack_s)
         met = result is not None and result.met
         self.requests.labels(priority, "met" if met else "missed").inc()
+        if job.would_refuse is not None:
+            self.shadow.labels(priority, "met" if met else "missed").inc()
 
 
 class PredictedTtftCollector(Collector):

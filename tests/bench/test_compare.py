@@ -60,9 +60,10 @@ def test_preemptions_are_aggregated_and_the_ratio_table_reads_them() -> None:
 
 def test_a_lengthwise_system_may_carry_its_own_overrides() -> None:
     system = parse_system("lengthwise:blend+policies.blend.beta=2+scheduler.engine_queue=1"
-                          "+scheduler.aging.slowdown=3")
+                          "+scheduler.aging.slowdown=3+server.http=hypercorn")
     assert system.policy == "blend" and system.kind == "lengthwise"
     config = tomllib.loads(_lengthwise_config(system, Settings(model=Path("m")), 1))
+    assert config["server"] == {"port": 1, "http": "hypercorn"}
     assert config["scheduler"]["engine_queue"] == 1
     assert config["scheduler"]["aging"] == {"slowdown": 3}
     assert config["policies"]["blend"] == {"beta": 2}

@@ -6,23 +6,30 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daemon.config import SchedulerConfig
 from daemon.core.admission import MIN_OBSERVED, Footprints, KVLedger
+from daemon.core.admission import fits_now as admission_fits_now
 from daemon.core.events import Capacity, Event, Launch, Predicted, Stopped, Tokens
 from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
 from daemon.core.stream import OutputStream
 from policies.fcfs import FCFS
+from policies.ssjf import SSJF
 
 
 class Core:
     def __init__(self, lanes: int = 1, max_running: int | str = "auto",
-                 upper_factor: float = 2.0) -> None:
+                 upper_factor: float = 2.0, admission: str = "peak") -> None:
+        """admission: "peak" (the projection alone, which most tests here are about) or
+        "work-conserving" (the default)."""
         self.inbox: asyncio.Queue[Event] = asyncio.Queue()
         self.commands = [asyncio.Queue[object]() for _ in range(lanes)]
-        config = SchedulerConfig(max_running=max_running, upper_factor=upper_factor)  # type: ignore[arg-type]
+        config = SchedulerConfig(max_running=max_running, upper_factor=upper_factor,  # type: ignore[arg-type]
+                                 admission=admission)  # type: ignore[arg-type]
         self.core = Scheduler([Lane(f"e{i}", q, 8) for i, q in enumerate(self.commands)],
                               FCFS(), config, self.inbox)
         self.core.accepting = True
@@ -225,3 +232,109 @@ def test_the_peak_of_the_projected_kv_is_below_the_sum_of_footprints() -> None:
     assert ledger.peak_blocks() == 40 + 1
     ledger.remove("long")
     assert ledger.peak_blocks() == 11 + 1
+
+
+@pytest.mark.asyncio
+async def test_work_conserving_admission_starts_what_fits_now_past_the_projected_peak(
+) -> None:
+    """The projection says 4 of these fit (9 blocks each at their upper estimate), but each
+    holds 3 blocks now (32 prompt tokens + headroom): while the wait for the peak is longer
+    than a preemption's price, every job whose context fits now starts."""
+    c = Core(admission="work-conserving")
+    c.capacity(blocks=40)
+    c.submit(*(job(f"j{i}") for i in range(6)))
+    assert c.turn() == [f"j{i}" for i in range(6)]
+
+
+@pytest.mark.asyncio
+async def test_work_conserving_admission_holds_what_does_not_fit_now() -> None:
+    """Contexts of 300 tokens: 20 blocks each with headroom, so two fill the 40 blocks now and
+    a third cannot start, whatever the projection."""
+    c = Core(admission="work-conserving")
+    c.capacity(blocks=40)
+    c.submit(*(job(f"j{i}", prompt=300) for i in range(3)))
+    assert c.turn() == ["j0", "j1"]
+    c.finish("j0")
+    assert c.turn() == ["j2"]
+
+
+@pytest.mark.asyncio
+async def test_work_conserving_admission_waits_when_the_wait_is_cheaper_than_a_preemption(
+) -> None:
+    """A running job with a long context is two tokens from its end: room frees sooner (two
+    full-batch decode steps, ~27 ms on the default cost model) than a recompute of its 1,600
+    tokens would take (~36 ms), so a job that fits now but overflows the projection waits."""
+    c = Core(admission="work-conserving")
+    c.capacity(blocks=120)
+    c.submit(job("long", prompt=1600, predicted=2.0, upper=2.0, max_tokens=2))
+    assert c.turn() == ["long"]
+    c.submit(job("next", prompt=200, predicted=200.0, upper=1800.0, max_tokens=2000))
+    assert c.turn() == []
+    c.finish("long")
+    assert c.turn() == ["next"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(running=st.lists(st.integers(1, 400), max_size=6),
+       waiting=st.lists(st.tuples(st.integers(1, 400), st.floats(1, 800)), min_size=1,
+                        max_size=6),
+       blocks=st.integers(8, 80), admission=st.sampled_from(["work-conserving", "peak"]))
+def test_no_round_leaves_a_job_that_fits_now_waiting_without_a_counted_reason(
+        running: list[int], waiting: list[tuple[int, float]], blocks: int,
+        admission: str) -> None:
+    """Property: after any decision round, if the next waiting job's context (and its next
+    tokens) fits in the KV held now and a slot is free, the round counted why it waits."""
+
+    async def scenario() -> None:
+        c = Core(admission=admission)
+        c.capacity(blocks=blocks)
+        c.submit(*(job(f"r{i}", prompt=p, predicted=50.0, upper=100.0)
+                   for i, p in enumerate(running)))
+        c.turn()
+        lane = c.core.lanes[0]
+        before = sum(lane.held.values())
+        c.submit(*(job(f"w{i}", prompt=p, predicted=u / 2, upper=u)
+                   for i, (p, u) in enumerate(waiting)))
+        c.turn()
+        head = c.core.waiting.best(c.core.now(), 1)
+        if head and lane.free_slots > 0 and admission_fits_now(
+                lane.capacity, lane.kv, len(lane.running), head[0].num_context_tokens):
+            assert sum(lane.held.values()) > before
+
+    asyncio.run(scenario())
+
+
+class _Asked:
+    """A first-length predictor that only records who asked (the test answers)."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+
+    def request(self, job: Job) -> None:
+        self.jobs.append(job)
+
+
+@pytest.mark.asyncio
+async def test_an_uncontended_job_starts_before_its_prediction_a_contended_one_waits() -> None:
+    """ssjf orders by prediction, but a job with nothing to be ordered against (an idle
+    lane, nobody waiting) starts at once, its prediction arriving while it runs; once jobs
+    compete for the lane, a new one is held for its prediction as before."""
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    commands: asyncio.Queue[object] = asyncio.Queue()
+    asked = _Asked()
+    core = Scheduler([Lane("e0", commands, 1)], SSJF(), SchedulerConfig(max_running=1),  # type: ignore[arg-type]
+                     inbox, predictor=asked)
+    core.accepting = True
+    for name in ("first", "second"):
+        core.submit(Job(job_id=name, prompt_token_ids=[1] * 20, arrival_time=0.0,
+                        sampling=SamplingSpec(max_tokens=100)), OutputStream())
+    core.handle(inbox.get_nowait())
+    core.dispatch()
+    launched = commands.get_nowait()
+    assert isinstance(launched, Launch) and launched.job_id == "first"
+    core.handle(inbox.get_nowait())  # "second": the slot is taken, so it waits to be ranked
+    core.dispatch()
+    assert commands.empty() and len(core.waiting) == 0 and [j.job_id for j in asked.jobs] == [
+        "first", "second"]
+    core.handle(Predicted("first", 40.0))  # the running job's prediction still lands
+    assert core.lanes[0].running["first"].predicted_output_tokens == 40.0

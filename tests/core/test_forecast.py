@@ -24,10 +24,10 @@ COST = CostModel(prefill_base_s=0.0, prefill_per_token_s=0.0, decode_base_s=0.01
                  decode_per_seq_s=0.0, decode_per_context_token_s=0.0)
 
 
-def _core() -> Scheduler:
+def _core(admission: str = "work-conserving") -> Scheduler:
     inbox: asyncio.Queue[Event] = asyncio.Queue()
     core = Scheduler([Lane("e0", asyncio.Queue(), 1)], FCFS(cost=COST),  # type: ignore[arg-type]
-                     SchedulerConfig(max_running=1), inbox)
+                     SchedulerConfig(max_running=1, admission=admission), inbox)  # type: ignore[arg-type]
     core.accepting = True
     return core
 
@@ -65,9 +65,9 @@ async def test_a_new_request_starts_after_the_running_job_and_the_work_ahead() -
 
 @pytest.mark.asyncio
 async def test_a_new_request_waits_until_its_kv_fits() -> None:
-    """Under memory admission a free slot is not enough: a job whose footprint does not fit
-    beside the running ones starts when enough of them have ended."""
-    core = _core()
+    """Under memory admission by the projected peak a free slot is not enough: a job whose
+    footprint does not fit beside the running ones starts when enough of them have ended."""
+    core = _core("peak")
     lane, now = core.lanes[0], core.now()
     lane.set_capacity(Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8), None)
     for name, tokens in (("short", 50), ("long", 200)):  # 0.5 s and 2 s left, 4 blocks each
@@ -93,6 +93,25 @@ async def test_a_new_request_waits_until_its_kv_fits() -> None:
     core.waiting.push(huge)
     assert core.forecast.latency(huge).ttft_s == pytest.approx(2.0, abs=0.05)
     assert core.forecast.ttft_s(lane) == pytest.approx(2.0, abs=0.05)
+
+
+@pytest.mark.asyncio
+async def test_work_conserving_a_request_that_can_start_now_is_forecast_no_wait() -> None:
+    """Work-conserving admission: what fits in the KV held now starts now (its wait for the
+    projected peak, 0.5 s, is dearer than a recompute), so it is forecast no wait and never
+    refused for memory; what does not fit now still waits for the running jobs to end."""
+    core = _core()
+    lane, now = core.lanes[0], core.now()
+    lane.set_capacity(Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8), None)
+    for name, tokens in (("short", 50), ("long", 200)):
+        lane.running[name] = _job(name, tokens, now)
+        lane.kv.reserve(name, 64, context_tokens=2)
+    big = _job("big", 60, now, slo=Slo(ttft_s=0.4))  # 4 blocks at its peak, 2 + 16 now
+    assert core.forecast.wait_s(big) == 0.0
+    assert core.forecast.refusal(big) is None
+    wide = _job("wide", 60, now, slo=Slo(ttft_s=1.0))
+    wide.prompt_token_ids = [1] * 150  # 11 blocks now: more than the cache holds beside them
+    assert core.forecast.wait_s(wide) == pytest.approx(2.0, abs=0.05)
 
 
 @pytest.mark.asyncio

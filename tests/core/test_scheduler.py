@@ -309,3 +309,29 @@ async def test_objectives_refuse_the_hopeless_then_shed_or_demote_the_late() -> 
     _, end = await read_to_end(streams["shed"], 1)
     assert end.dropped == "rejected-ttl-expired" and end.error is not None
     assert keep_me in core.waiting and keep_me.slo_missed and core.waiting.rank(keep_me) == 1
+
+
+@pytest.mark.asyncio
+async def test_shadow_mode_refuses_nothing_and_marks_what_enforcement_refuses() -> None:
+    """[slo] enforce = false: the job enforcement refuses (the same state, the same rule) is
+    accepted and marked with why; with enforcement back on, the same job is refused."""
+    core, inbox, commands = _core(FCFS())
+    busy = _job("busy", max_tokens=1000)
+    busy.predicted_output_tokens = 800
+    core.submit(busy, OutputStream())
+    _step(core, inbox)
+    assert isinstance(commands.get_nowait(), Launch)
+    fits, hopeless = _job("fits"), _job("hopeless")
+    fits.slo, hopeless.slo = Slo(ttft_s=60.0), Slo(ttft_s=1.0)
+    for job in (fits, hopeless):
+        job.arrival_time = core.now()
+    core.forecast.enforce = False
+    core.submit(fits, OutputStream())
+    core.submit(hopeless, OutputStream())
+    assert fits.would_refuse is None and hopeless.would_refuse == "ttft"
+    assert core.num_jobs == 3
+    core.forecast.enforce = True
+    again = _job("again")
+    again.arrival_time, again.slo = core.now(), Slo(ttft_s=1.0)
+    with pytest.raises(SloUnreachable):
+        core.submit(again, OutputStream())

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 import pytest_asyncio
 
@@ -147,3 +148,21 @@ async def test_a_sheddable_class_gives_its_room_to_a_more_urgent_request_only(
     urgent.cancel()
     metrics = (await http.get("/metrics")).text
     assert 'lengthwise_slo_requests_total{outcome="shed",priority="5"} 1.0' in metrics
+
+
+@pytest.mark.asyncio
+async def test_shadow_mode_serves_what_it_would_refuse_and_counts_how_it_went(
+        rig: tuple[httpx.AsyncClient, Service]) -> None:
+    """[slo] enforce = false (applied as a reload would): the request the test above refuses
+    is served, and /metrics counts it as a would-be refusal that missed its objective (a
+    right refusal); nothing is counted refused."""
+    http, service = rig
+    service.apply(msgspec.structs.replace(
+        service.config, slo=SloConfig(classes=CLASSES, enforce=False)))
+    await _occupy(service, count=1)
+    served = await http.post("/v1/chat/completions", json=ASK, headers={TTFT_HEADER: "50"})
+    assert served.status_code == 200, served.text
+    metrics = (await http.get("/metrics")).text
+    assert ('lengthwise_slo_shadow_refusals_total{outcome="missed",priority="0"} 1.0'
+            in metrics), metrics
+    assert 'outcome="refused"' not in metrics

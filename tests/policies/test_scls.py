@@ -67,7 +67,7 @@ def test_memory_estimate_caps_concurrency_of_a_batch() -> None:
 
 def test_slices_by_default_only_under_a_memory_bound() -> None:
     """"auto": a slice caps each job's KV where a memory bound needs it; without one, a
-    continuous-batching engine gains nothing from it (docs/policies.md, Which policy when)."""
+    continuous-batching engine gains nothing from it (docs/policies.md, Known limits)."""
     a_job = job("j")
     assert SCLS().token_budget(a_job) is None
     assert SCLS(SCLSParams(kv_capacity_tokens=4096)).token_budget(a_job) == 128

@@ -6,25 +6,17 @@ connection errors or 5xx, and the malformed corpus gets only the expected 4xx.""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
 from bench import chaos
-from tests.support import SMOLLM2, DaemonProcess, config_text, free_port
+from tests.support import SMOLLM2, DaemonProcess, config_text, free_port, listen_backlog
 
 pytestmark = pytest.mark.engine
 
 MODEL = "smollm2-135m-instruct"
-
-
-def _listen_backlog(port: int) -> int:
-    """Send-Q of a listening socket in `ss -ltn` is its backlog."""
-    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True,
-                         check=True).stdout.split()
-    return int(out[2])
 
 
 async def _probe(base_url: str) -> tuple[dict[str, float], dict[str, float]]:
@@ -42,7 +34,7 @@ def test_bursts_and_bad_input_get_answers(tmp_path: Path) -> None:
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     try:
         daemon.wait_ready(120)
-        assert _listen_backlog(port) == 4096
+        assert listen_backlog(port) == 4096
         bad, burst = asyncio.run(_probe(daemon.base_url))
         assert bad["5xx"] == 0 and bad["status as expected"] == bad["requests"], bad
         assert burst["connection errors"] == 0 and burst["5xx"] == 0, burst

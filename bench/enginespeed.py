@@ -1,0 +1,117 @@
+"""How fast a server's engine stepped during a run, measured the same way for every server:
+from vLLM's own bench client's per-request token times (its saved `ttfts`, `itls`,
+`latencies`, `start_times`), not from either server's metrics.
+
+Why not the servers' metrics: vLLM's server exports no step time (its
+`vllm:inter_token_latency_seconds` is a per-request histogram of its front end, and
+lengthwise, which replaces its engine's stat loggers, does not export it), and only
+lengthwise has a learned clock (`lengthwise_step_coefficient_seconds`). The one instrument
+both runs share is the client.
+
+A decoding request gets one token per engine step, so the gap between two of its tokens is
+one step. A step's time depends on the batch it ran, and the batch is the scheduler's
+choice, so speeds are compared at matched batch sizes: each gap is filed under the number
+of requests decoding at that moment (first token received, last not yet), in power-of-two
+bins, and a bin's step time is the mean of its gaps, leaving out stalls over 4x the bin's
+median (a request preempted and waiting, vLLM's recompute or lengthwise's). The mean, not
+the median, so that two tokens the client read at once (a ~0 gap, then a double one) still
+add up to two steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+STALL = 4.0  # a gap over this many times its bin's median is a stall, not a step
+MIN_GAPS = 20  # gaps a bin needs in both runs to count in a comparison
+FLAG_RATIO = 0.10  # a pair whose matched step times differ by more is flagged
+
+
+class Bin(msgspec.Struct, frozen=True):
+    batch: int  # the bin's largest batch: 1, 2, 4 (3-4), 8 (5-8), ...
+    step_s: float  # mean gap, stalls left out
+    gaps: int  # gaps kept
+
+
+class DecodeSpeed(msgspec.Struct, frozen=True, kw_only=True):
+    step_s: float  # mean gap of the run, stalls (per bin) left out
+    batch: float  # median number of requests decoding at a gap
+    gaps: int
+    bins: list[Bin]
+
+
+def _gaps(saved: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(gap seconds, the moment each gap ended) over every successful request."""
+    gaps, ends = [], []
+    for start, ttft, itl in zip(saved["start_times"], saved["ttfts"], saved["itls"],
+                                strict=True):
+        if not itl or not ttft or ttft <= 0:
+            continue
+        steps = np.asarray(itl, dtype=float)
+        gaps.append(steps)
+        ends.append(start + ttft + np.cumsum(steps))
+    if not gaps:
+        return np.empty(0), np.empty(0)
+    return np.concatenate(gaps), np.concatenate(ends)
+
+
+def _decoding(saved: dict, moments: np.ndarray) -> np.ndarray:
+    """How many requests were decoding (first token in, last not yet) at each moment."""
+    windows = [(s + t, s + lat) for s, t, lat in zip(saved["start_times"], saved["ttfts"],
+                                                     saved["latencies"], strict=True)
+               if t and t > 0 and lat and lat > t]
+    first = np.sort([w[0] for w in windows])
+    last = np.sort([w[1] for w in windows])
+    return (np.searchsorted(first, moments, side="left")
+            - np.searchsorted(last, moments, side="left"))
+
+
+def decode_speed(saved: dict) -> DecodeSpeed | None:
+    """The run's step times by batch (module doc); None when no request decoded."""
+    gaps, ends = _gaps(saved)
+    if not len(gaps):
+        return None
+    batch = np.maximum(_decoding(saved, ends - gaps / 2), 1)
+    index = np.ceil(np.log2(batch)).astype(int)
+    bins, kept = [], []
+    for i in np.unique(index):
+        mine = gaps[index == i]
+        steps = mine[mine <= STALL * np.median(mine)]
+        bins.append(Bin(batch=int(2 ** i), step_s=float(steps.mean()), gaps=len(steps)))
+        kept.append(steps)
+    every = np.concatenate(kept)
+    return DecodeSpeed(step_s=float(every.mean()), batch=float(np.median(batch)),
+                       gaps=len(every), bins=bins)
+
+
+def from_result_file(path: Path) -> DecodeSpeed | None:
+    """decode_speed of a result vLLM's client saved (--save-detailed); None if absent."""
+    if not path.is_file():
+        return None
+    return decode_speed(json.loads(path.read_text()))
+
+
+def speed_ratio(base: DecodeSpeed, other: DecodeSpeed, min_gaps: int = MIN_GAPS
+                ) -> tuple[float, bool]:
+    """(other's step time / base's, matched): the geometric mean of the per-bin ratios
+    over the batch bins both runs filled with min_gaps gaps, weighted by the smaller count;
+    matched False when they share none and the ratio is of the runs' overall step times."""
+    theirs = {b.batch: b for b in other.bins if b.gaps >= min_gaps}
+    logs, weights = [], []
+    for mine in base.bins:
+        if mine.gaps >= min_gaps and mine.batch in theirs:
+            logs.append(math.log(theirs[mine.batch].step_s / mine.step_s))
+            weights.append(min(mine.gaps, theirs[mine.batch].gaps))
+    if not logs:
+        return other.step_s / base.step_s, False
+    return math.exp(float(np.average(logs, weights=weights))), True
+
+
+def flagged(ratio: float, limit: float = FLAG_RATIO) -> bool:
+    """Engine speeds differ by more than `limit` either way."""
+    return not (1 - limit) <= ratio <= (1 + limit)

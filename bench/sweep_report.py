@@ -1,0 +1,97 @@
+"""The markdown `lengthwise bench sweep` prints and writes (OUT/summary.md)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from bench.metrics import Spread
+from bench.sweepstats import Pair, Point, SystemCapacity
+
+# (figure, column header, scale, digits)
+_COLUMNS = (("mean_ttft", "mean TTFT (ms)", 1000, 0), ("p99_ttft", "p99 TTFT (ms)", 1000, 0),
+            ("mean_tpot", "mean TPOT (ms)", 1000, 2), ("p99_tpot", "p99 TPOT (ms)", 1000, 2),
+            ("mean_jct", "mean JCT (s)", 1, 2), ("p99_jct", "p99 JCT (s)", 1, 2),
+            ("attainment", "attainment (%)", 100, 1), ("refused", "refused", 1, 0),
+            ("engine_preemptions", "engine preemptions", 1, 0),
+            ("policy_preemptions", "lengthwise preemptions", 1, 0),
+            ("step_s", "step (ms)", 1000, 2))
+_RATIOS = ("mean_ttft", "p99_ttft", "mean_tpot", "mean_jct", "p99_jct", "attainment")
+
+
+def _num(value: float, digits: int) -> str:
+    return "–" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def cell(spread: Spread | None, scale: float = 1.0, digits: int = 2) -> str:
+    """median (min–max); the median alone where they are one value; – for none."""
+    if spread is None:
+        return "–"
+    median = _num(spread.median * scale, digits)
+    if spread.min == spread.max:
+        return median
+    return f"{median} ({_num(spread.min * scale, digits)}–{_num(spread.max * scale, digits)})"
+
+
+def points_table(points: Sequence[Point]) -> str:
+    """Per load and system, every figure as median (min–max) over repetitions."""
+    head = "| load | system | req/s | " + " | ".join(c[1] for c in _COLUMNS) + " |"
+    lines = [head, "|---" * (len(_COLUMNS) + 3) + "|"]
+    for p in points:
+        cells = " | ".join(cell(p.figures.get(f), scale, digits)
+                           for f, _, scale, digits in _COLUMNS)
+        lines.append(f"| {p.load:g}x | {p.system} | {p.rate:.3g} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def ratio_table(points: Sequence[Point], baseline: str) -> str:
+    """Each system's medians over the baseline's at the same load."""
+    base = {p.load: p for p in points if p.system == baseline}
+    names = {f: name.split(" (")[0] for f, name, _, _ in _COLUMNS}
+    lines = ["| load | system | " + " | ".join(f"{names[f]} vs {baseline}"
+                                               for f in _RATIOS) + " |",
+             "|---" * (len(_RATIOS) + 2) + "|"]
+    for p in points:
+        ref = base.get(p.load)
+        if p.system == baseline or ref is None:
+            continue
+        ratios = [p.figures[f].median / ref.figures[f].median
+                  if f in p.figures and f in ref.figures and ref.figures[f].median
+                  else math.nan for f in _RATIOS]
+        lines.append(f"| {p.load:g}x | {p.system} | "
+                     + " | ".join(_num(r, 2) + "x" if not math.isnan(r) else "–"
+                                  for r in ratios) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def capacity_table(caps: Sequence[SystemCapacity], baseline: str, capacity_rps: float) -> str:
+    """SLO capacity (the highest load with >= 90 % attainment, interpolated) per system:
+    median (min–max) over repetitions, in load units and req/s, and over the baseline's;
+    ">=" where every repetition met it at every load, "<" where none did at the lowest."""
+    base = next((c.spread.median for c in caps if c.system == baseline), math.nan)
+    lines = ["| system | SLO capacity (x load) | req/s | vs " + baseline + " | per repetition |",
+             "|---" * 5 + "|"]
+    for c in caps:
+        rel = c.spread.median / base if base else math.nan
+        bounds = {k.bound for k in c.per_repeat}  # ">=" / "<" where every one is censored
+        bound = bounds.pop() if len(bounds) == 1 else ""
+        lines.append(f"| {c.system} | {bound}{cell(c.spread)} "
+                     f"| {bound}{c.spread.median * capacity_rps:.3g} "
+                     f"| {_num(rel, 2)}x | {', '.join(k.describe() for k in c.per_repeat)} |")
+    return "\n".join(lines) + "\n"
+
+
+def pairs_table(pairs: Sequence[Pair], baseline: str) -> str:
+    """Each system's engine step time over the baseline's in the same (load, repetition);
+    `!` where they differ by more than 10 %, `~` where no batch size was shared."""
+    rows: dict[tuple[float, str], list[Pair]] = {}
+    for pair in pairs:
+        rows.setdefault((pair.load, pair.system), []).append(pair)
+    lines = [f"| load | system | step time vs {baseline}, per repetition | flagged |",
+             "|---" * 4 + "|"]
+    for (load, system), group in sorted(rows.items()):
+        ratios = ", ".join("–" if p.step_ratio is None else
+                           f"{p.step_ratio:.2f}x{'' if p.matched else '~'}"
+                           f"{'!' if p.flagged else ''}" for p in group)
+        lines.append(f"| {load:g}x | {system} | {ratios} | {sum(p.flagged for p in group)} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,181 @@
+"""The figures of `lengthwise bench sweep`, from its runs: per (load, system) the median
+with min-max over repetitions, each system's SLO capacity with its spread, and each pair's
+engine-speed check. Pure functions of recorded runs (no server, no files)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import msgspec
+import numpy as np
+
+from bench.enginespeed import DecodeSpeed, flagged, speed_ratio
+from bench.hostload import CpuShare
+from bench.metrics import RequestResult, Spread, Summary, meets_slo
+
+ATTAINED = 0.9  # SLO capacity: the highest load with at least this attainment
+
+
+class SweepRun(msgspec.Struct, kw_only=True):
+    """One run's figures (its requests are in its own file, OUT/runs/)."""
+
+    system: str
+    load: float  # multiple of the capacity rate
+    rate: float  # req/s offered
+    repeat: int  # 0-based repetition
+    position: int  # where it ran among the systems at this (load, repeat): 0 first
+    summary: Summary
+    p99_tpot: float | None  # None: no answer of two tokens or more
+    # Requests served within every objective / all sent (a refusal is a miss); None
+    # without --slo-ttft / --slo-tpot.
+    attainment: float | None
+    refused: float  # 429s: the client's count or the server's, whichever saw more
+    engine_preemptions: float  # the engine's own (vllm:num_preemptions_total)
+    policy_preemptions: float  # lengthwise's (lengthwise_preemptions_total)
+    speed: DecodeSpeed | None  # the engine's step times (bench/enginespeed.py)
+    wall_s: float
+    cpu: CpuShare | None = None
+    learned_profile: str = ""  # lengthwise: its clock over the run (bench/compare.py)
+
+    def figure(self, name: str) -> float:
+        """A named figure of FIGURES (nan where the run has none)."""
+        if name in _OWN:
+            value = getattr(self, name)
+        elif name == "step_s":
+            value = self.speed.step_s if self.speed else None
+        else:
+            value = getattr(self.summary, name)
+        return math.nan if value is None else float(value)
+
+
+_OWN = ("p99_tpot", "attainment", "refused", "engine_preemptions", "policy_preemptions")
+# What the table and the plots show per (load, system): seconds, shares, counts.
+FIGURES = ("mean_ttft", "p99_ttft", "mean_tpot", "p99_tpot", "mean_jct", "p99_jct",
+           "attainment", "refused", "engine_preemptions", "policy_preemptions", "step_s",
+           "throughput_rps")
+
+
+def attainment(results: Sequence[RequestResult], slo_ttft: float | None,
+               slo_tpot: float | None) -> float | None:
+    """Share of all sent requests served within both objectives; a failed or refused
+    request is a miss. None when no objective is set."""
+    if slo_ttft is None and slo_tpot is None or not results:
+        return None
+    met = sum(1 for r in results if r.ok and meets_slo(r, slo_ttft, slo_tpot))
+    return met / len(results)
+
+
+def p99_tpot(results: Sequence[RequestResult]) -> float | None:
+    tpots = [r.tpot_s for r in results if r.ok and not math.isnan(r.tpot_s)]
+    return float(np.percentile(tpots, 99)) if tpots else None
+
+
+def spread_of(values: Sequence[float]) -> Spread | None:
+    """Median, min and max of the known values; None when none is."""
+    clean = [v for v in values if not math.isnan(v)]
+    if not clean:
+        return None
+    return Spread(float(np.median(clean)), min(clean), max(clean))
+
+
+class Point(msgspec.Struct, kw_only=True):
+    """One (load, system) over its repetitions: the FIGURES its runs have, median
+    (min-max); a figure no run has (attainment without objectives) is left out."""
+
+    system: str
+    load: float
+    rate: float  # the offered rate (the same every repetition)
+    repeats: int
+    figures: dict[str, Spread]
+
+
+def points(runs: Sequence[SweepRun]) -> list[Point]:
+    """By load, then the systems in the order they first ran (the baseline first)."""
+    order = {system: k for k, system in enumerate(dict.fromkeys(r.system for r in runs))}
+    groups: dict[tuple[float, int], list[SweepRun]] = {}
+    for run in runs:
+        groups.setdefault((run.load, order[run.system]), []).append(run)
+    return [Point(system=group[0].system, load=load, repeats=len(group),
+                  rate=group[0].rate, figures=_figures(group))
+            for (load, _), group in sorted(groups.items())]
+
+
+def _figures(runs: Sequence[SweepRun]) -> dict[str, Spread]:
+    spreads = {f: spread_of([r.figure(f) for r in runs]) for f in FIGURES}
+    return {f: s for f, s in spreads.items() if s is not None}
+
+
+class Capacity(msgspec.Struct, frozen=True):
+    load: float
+    # "": interpolated where attainment crosses ATTAINED; ">=": attained at every load
+    # measured (the highest is a lower bound); "<": missed already at the lowest load.
+    bound: str = ""
+
+    def describe(self) -> str:
+        return f"{self.bound}{self.load:.2f}x"
+
+
+def slo_capacity(curve: Sequence[tuple[float, float]], threshold: float = ATTAINED
+                 ) -> Capacity:
+    """The highest load at which the piecewise-linear attainment curve through (load,
+    attainment) is still >= threshold: past the last load that attains it, where the line
+    to the next load crosses it."""
+    ordered = sorted(curve)
+    met = [k for k, (_, att) in enumerate(ordered) if att >= threshold]
+    if not met:
+        return Capacity(ordered[0][0], "<")
+    k = met[-1]
+    if k == len(ordered) - 1:
+        return Capacity(ordered[k][0], ">=")
+    (x0, y0), (x1, y1) = ordered[k], ordered[k + 1]
+    return Capacity(x0 + (y0 - threshold) / (y0 - y1) * (x1 - x0))
+
+
+class SystemCapacity(msgspec.Struct, kw_only=True):
+    system: str
+    spread: Spread  # over repetitions, in load units
+    per_repeat: list[Capacity]
+
+
+def capacities(runs: Sequence[SweepRun]) -> list[SystemCapacity]:
+    """Each system's SLO capacity, one per repetition (its own attainment curve), and
+    their median (min-max). Empty without objectives."""
+    curves: dict[str, dict[int, list[tuple[float, float]]]] = {}
+    for run in runs:
+        if run.attainment is not None:
+            curves.setdefault(run.system, {}).setdefault(run.repeat, []).append(
+                (run.load, run.attainment))
+    out = []
+    for system, by_repeat in curves.items():
+        caps = [slo_capacity(curve) for _, curve in sorted(by_repeat.items())]
+        loads = [c.load for c in caps]
+        out.append(SystemCapacity(system=system, per_repeat=caps, spread=Spread(
+            float(np.median(loads)), min(loads), max(loads))))
+    return out
+
+
+class Pair(msgspec.Struct, kw_only=True):
+    """A system's run beside the baseline's at the same (load, repetition)."""
+
+    load: float
+    repeat: int
+    system: str
+    step_ratio: float | None  # its engine step time / the baseline's (enginespeed)
+    matched: bool  # compared at matched batch sizes (else the runs' overall step times)
+    flagged: bool  # engine speeds differ by more than 10 %
+
+
+def pairs(runs: Sequence[SweepRun], baseline: str) -> list[Pair]:
+    base = {(r.load, r.repeat): r for r in runs if r.system == baseline}
+    out = []
+    for run in runs:
+        ref = base.get((run.load, run.repeat))
+        if run.system == baseline or ref is None:
+            continue
+        ratio, matched = (speed_ratio(ref.speed, run.speed) if ref.speed and run.speed
+                          else (None, False))
+        out.append(Pair(load=run.load, repeat=run.repeat, system=run.system,
+                        step_ratio=ratio, matched=matched,
+                        flagged=ratio is not None and flagged(ratio)))
+    return sorted(out, key=lambda p: (p.load, p.repeat, p.system))

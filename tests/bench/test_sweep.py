@@ -1,0 +1,205 @@
+"""`bench sweep`: engine speed at matched batch sizes, SLO capacity, the figures over
+repetitions, the tables and the plots (on synthetic runs), and one tiny sweep end to end on
+the simulated engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from bench.enginespeed import Bin, DecodeSpeed, decode_speed, flagged, speed_ratio
+from bench.metrics import RequestResult, summarize
+from bench.sweep import SweepResults, summary_text
+from bench.sweep_plots import plot_sweep
+from bench.sweepstats import (
+    SweepRun,
+    attainment,
+    capacities,
+    pairs,
+    points,
+    slo_capacity,
+)
+from bench.workload import WorkloadSpec
+
+
+def _saved(requests: list[tuple[float, float, list[float]]]) -> dict:
+    """What vLLM's client saves, for requests (start, ttft, inter-token gaps)."""
+    return {"start_times": [r[0] for r in requests], "ttfts": [r[1] for r in requests],
+            "itls": [r[2] for r in requests],
+            "latencies": [r[1] + sum(r[2]) for r in requests]}
+
+
+def test_steps_are_timed_per_batch_and_stalls_are_left_out() -> None:
+    alone = [(10.0 * k, 0.05, [0.01] * 30) for k in range(2)]  # one at a time
+    together = [(100.0, 0.05, [0.02] * 29 + [1.0]) for _ in range(4)]  # 4 at once, a stall
+    speed = decode_speed(_saved(alone + together))
+    assert speed is not None
+    bins = {b.batch: b for b in speed.bins}
+    assert set(bins) == {1, 4}
+    assert bins[1].step_s == pytest.approx(0.01) and bins[1].gaps == 60
+    assert bins[4].step_s == pytest.approx(0.02) and bins[4].gaps == 4 * 29  # stalls out
+    assert speed.gaps == 60 + 116 and speed.batch == 4.0
+    assert decode_speed(_saved([(0.0, 0.05, [])])) is None  # one-token answers: no steps
+
+
+def test_a_tokens_pair_read_at_once_still_counts_two_steps() -> None:
+    """A ~0 gap and a double one (two tokens in one read) average to the step time."""
+    speed = decode_speed(_saved([(0.0, 0.05, [0.01, 0.0, 0.02] * 20)]))
+    assert speed is not None and speed.step_s == pytest.approx(0.01)
+
+
+def _speed(steps: dict[int, tuple[float, int]]) -> DecodeSpeed:
+    bins = [Bin(batch=b, step_s=s, gaps=n) for b, (s, n) in steps.items()]
+    total = sum(n for _, n in steps.values())
+    return DecodeSpeed(step_s=sum(s * n for s, n in steps.values()) / total, batch=1.0,
+                       gaps=total, bins=bins)
+
+
+def test_engine_speed_is_compared_at_matched_batch_sizes() -> None:
+    vllm = _speed({1: (0.010, 500), 16: (0.030, 500)})
+    # lengthwise ran small batches mostly: its overall step is far faster, the engine not.
+    lw = _speed({1: (0.0105, 900), 16: (0.0315, 100), 32: (0.05, 100)})
+    ratio, matched = speed_ratio(vllm, lw)
+    assert matched and ratio == pytest.approx(1.05)
+    assert lw.step_s / vllm.step_s == pytest.approx(0.8) and not flagged(ratio)
+    slow = _speed({1: (0.0115, 900), 16: (0.0345, 100)})
+    ratio, _ = speed_ratio(vllm, slow)
+    assert ratio == pytest.approx(1.15) and flagged(ratio) and flagged(1 / ratio)
+    # no bin shared with enough gaps: the overall step times, marked unmatched
+    ratio, matched = speed_ratio(vllm, _speed({64: (0.06, 1000)}))
+    assert not matched and ratio == pytest.approx(0.06 / 0.02)
+
+
+def test_slo_capacity_is_the_last_crossing_interpolated() -> None:
+    crossing = slo_capacity([(0.2, 1.0), (0.4, 1.0), (0.6, 0.95), (0.8, 0.85), (1.0, 0.5)])
+    assert crossing.bound == "" and crossing.load == pytest.approx(0.7)
+    dip = slo_capacity([(0.6, 0.5), (0.2, 0.8), (0.4, 0.95)])  # unsorted, not monotone
+    assert dip.load == pytest.approx(0.4 + 0.05 / 0.45 * 0.2)
+    always = slo_capacity([(0.2, 1.0), (2.0, 0.92)])
+    assert (always.load, always.bound, always.describe()) == (2.0, ">=", ">=2.00x")
+    never = slo_capacity([(0.4, 0.5), (0.2, 0.89)])
+    assert (never.load, never.bound) == (0.2, "<")
+
+
+def test_attainment_counts_refusals_and_failures_as_misses() -> None:
+    ok = [RequestResult(index=i, arrival_s=0.0, prompt_tokens=5, output_tokens=11, ok=True,
+                        ttft_s=0.1 * i, jct_s=0.1 * i + 0.5) for i in range(1, 9)]
+    refused = [RequestResult(index=9, arrival_s=0.0, prompt_tokens=5, output_tokens=0,
+                             ok=False, error="Too Many Requests")]
+    # TTFT <= 0.5 s: 5 of 8 served; TPOT 50 ms each: all within 0.05
+    assert attainment(ok + refused, 0.5, 0.05) == pytest.approx(5 / 9)
+    assert attainment(ok, None, 0.049) == 0.0
+    assert attainment(ok, None, None) is None
+
+
+def _run(system: str, load: float, repeat: int, jct: float, att: float,
+         step: float) -> SweepRun:
+    reqs = [RequestResult(index=i, arrival_s=float(i), prompt_tokens=5, output_tokens=10,
+                          ok=True, ttft_s=jct / 4, jct_s=jct) for i in range(4)]
+    speed = DecodeSpeed(step_s=step, batch=4.0, gaps=400, bins=[Bin(4, step, 400)])
+    return SweepRun(system=system, load=load, rate=load * 2.0, repeat=repeat, position=0,
+                    summary=summarize(reqs), p99_tpot=jct / 40, attainment=att,
+                    refused=10 * (1 - att), engine_preemptions=7.0 if system == "vllm" else 1,
+                    policy_preemptions=0.0 if system == "vllm" else 2, speed=speed,
+                    wall_s=1.0)
+
+
+def _sweep() -> list[SweepRun]:
+    """vllm and lengthwise at 0.5x, 1x and 2x, 3 repetitions; lengthwise's engine ran 20 %
+    slow in repetition 2 at 1x."""
+    att = {("vllm", 0.5): 1.0, ("vllm", 1.0): 0.92, ("vllm", 2.0): 0.4,
+           ("lw", 0.5): 1.0, ("lw", 1.0): 0.98, ("lw", 2.0): 0.7}
+    runs = []
+    for repeat in range(3):
+        for load in (0.5, 1.0, 2.0):
+            for system in ("vllm", "lw"):
+                slow = 1.2 if (system, load, repeat) == ("lw", 1.0, 2) else 1.0
+                runs.append(_run(system, load, repeat, jct=load + repeat * 0.1,
+                                 att=att[system, load] - 0.01 * repeat, step=0.01 * slow))
+    return runs
+
+
+def test_points_capacities_and_pairs_of_a_sweep() -> None:
+    runs = _sweep()
+    pts = {(p.system, p.load): p for p in points(runs)}
+    lw = pts["lw", 1.0]
+    assert lw.repeats == 3 and lw.rate == 2.0
+    jct = lw.figures["mean_jct"]
+    assert (jct.median, jct.min, jct.max) == pytest.approx((1.1, 1.0, 1.2))
+    assert lw.figures["attainment"].median == pytest.approx(0.97)
+    assert lw.figures["step_s"].max == pytest.approx(0.012)
+    caps = {c.system: c for c in capacities(runs)}
+    # vllm repetition 0: 0.92 at 1x, 0.4 at 2x: 1 + 0.02 / 0.52
+    assert caps["vllm"].per_repeat[0].load == pytest.approx(1 + 0.02 / 0.52)
+    assert caps["vllm"].spread.min == caps["vllm"].per_repeat[2].load  # falls with repeat
+    assert caps["lw"].spread.median == pytest.approx(1 + 0.07 / 0.28)
+    found = pairs(runs, "vllm")
+    assert len(found) == 9 and all(p.matched and p.system == "lw" for p in found)
+    assert [(p.load, p.repeat) for p in found if p.flagged] == [(1.0, 2)]
+    assert capacities([msgspec.structs.replace(r, attainment=None) for r in runs]) == []
+
+
+def test_summary_tables_and_plots(tmp_path: Path) -> None:
+    runs = _sweep()
+    results = SweepResults(
+        model="tiny", systems=["vllm", "lw"], loads=[0.5, 1.0, 2.0], repeats=3,
+        capacity_rps=2.0, capacity_how="given (--capacity)", workload=WorkloadSpec(num=4),
+        sample="held-out", slo_ttft=1.0, slo_tpot=0.05, slo=None, max_num_seqs=4,
+        kv_blocks=0, max_running="auto", runs=runs, points=points(runs),
+        capacities=capacities(runs), pairs=pairs(runs, "vllm"))
+    text = summary_text(results)
+    assert "Load 1.0 = 2 req/s (given (--capacity))" in text
+    assert "(judged only)" in text
+    # mean JCT 1.10 (1.00-1.20) s, attainment 97.0 % (96-98), step 10 ms (10-12)
+    assert "| 1x | lw | 2 |" in text and "| 1.10 (1.00–1.20) |" in text
+    assert "| 97.0 (96.0–98.0) |" in text and "| 10.00 (10.00–12.00) |" in text
+    assert "| 2x | lw | 1.00x | 1.00x | 1.00x | 1.00x | 1.00x | 1.77x |" in text  # 69 / 39 %
+    assert "| lw | 1.25 (1.21–1.29) | 2.5 | 1.23x |" in text  # median (min–max), req/s
+    assert "| 1x | lw | 1.00x, 1.00x, 1.20x! | 1 |" in text
+    paths = plot_sweep(results.points, results.capacities, tmp_path, 2.0)
+    assert {p.name for p in paths} == {"latency_vs_load.png", "engine_vs_load.png",
+                                       "attainment_vs_load.png"}
+    assert all(p.stat().st_size > 10_000 for p in paths)
+    best_effort = [msgspec.structs.replace(r, attainment=None) for r in runs]
+    assert len(plot_sweep(points(best_effort), [], tmp_path, 2.0)) == 2
+    assert "attainment" not in points(best_effort)[0].figures
+
+
+def test_a_tiny_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two lengthwise systems on the simulated engine (vLLM's server needs the real one,
+    vLLM's client ~19 s of CPU a run: our client here), 2 loads x 1 repetition: each
+    system started once and kept up, the order turning at the next load, every file."""
+    from bench.cli import main
+    from tests.support import TINY
+
+    records = tmp_path / "records.jsonl"
+    records.write_text("\n".join(f'{{"prompt": "tell me about item {i}", "output_tokens": '
+                                 f'{8 + 3 * i}}}' for i in range(6)))
+    out = tmp_path / "sweep"
+    code = main(["sweep", "--engine-kind", "sim", "--client", "ours", "--model", str(TINY),
+                 "--systems", "lengthwise:fcfs,lengthwise:oracle-sjf", "--capacity", "20",
+                 "--loads", "1,0.5", "--repeats", "1", "--num", "6", "--lengths",
+                 f"records:{records}", "--slo-ttft", "5", "--out", str(out)])
+    assert code == 0
+    results = msgspec.json.decode((out / "sweep.json").read_bytes(), type=SweepResults)
+    assert [(r.load, r.system, r.position) for r in results.runs] == [
+        (0.5, "lengthwise:fcfs", 0), (0.5, "lengthwise:oracle-sjf", 1),
+        (1.0, "lengthwise:oracle-sjf", 0), (1.0, "lengthwise:fcfs", 1)]
+    assert [r.rate for r in results.runs] == [10.0, 10.0, 20.0, 20.0]
+    assert all(len(starts) == 1 for starts in results.startup_s.values())
+    for run in results.runs:
+        assert run.summary.n_completed == 6 and run.attainment == 1.0
+        assert run.speed is None  # our client: no token times
+        saved = (out / "runs" / f"{run.system.replace(':', '-')}-x{run.load:g}-0.json")
+        assert len(msgspec.json.decode(saved.read_bytes())["requests"]) == 6
+    assert [(p.system, p.load, p.repeats) for p in results.points] == [
+        ("lengthwise:fcfs", 0.5, 1), ("lengthwise:oracle-sjf", 0.5, 1),
+        ("lengthwise:fcfs", 1.0, 1), ("lengthwise:oracle-sjf", 1.0, 1)]
+    summary = (out / "summary.md").read_text()
+    assert "| lengthwise:oracle-sjf | >=1.00 | >=20 | 1.00x | >=1.00x |" in summary
+    assert summary in capsys.readouterr().out
+    assert {p.name for p in out.glob("*.png")} == {"latency_vs_load.png",
+                                                   "engine_vs_load.png",
+                                                   "attainment_vs_load.png"}

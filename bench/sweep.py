@@ -161,10 +161,15 @@ def run_sweep(args: argparse.Namespace) -> int:
         sample=workload.sample_label(spec), slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
         slo=client.sent_slo(args), max_num_seqs=args.max_num_seqs, kv_blocks=args.kv_blocks,
         max_running=args.max_running, client=args.client)
-    with tqdm(total=len(loads) * args.repeats * len(systems), unit="run",
-              file=sys.stderr) as bar:
-        for repeat in range(args.repeats):
-            _repetition(systems, settings, args, results, repeat, bar)
+    try:
+        with tqdm(total=len(loads) * args.repeats * len(systems), unit="run",
+                  file=sys.stderr) as bar:
+            for repeat in range(args.repeats):
+                _repetition(systems, settings, args, results, repeat, bar)
+    except BaseException:  # a failed server, Ctrl-C: the runs done are still summarized
+        if results.runs:
+            print(finish(results, args.out) + "\n(partial: the sweep stopped early)")
+        raise
     print(finish(results, args.out))
     return 0
 

@@ -111,16 +111,23 @@ def test_a_stream_arrives_token_by_token_and_whole(served: Served) -> None:
 
 
 def test_a_429_status_line_carries_its_reason_phrase(served: Served) -> None:
-    """n = max_waiting + 1 choices cannot all queue: 429 at once. Read off the wire: httpx
-    would fill in a missing phrase; vLLM's client (aiohttp) does not."""
-    body = json.dumps({**SHORT, "n": MAX_WAITING + 1}).encode()
+    """Two long streams of 3 choices each fill the 4 slots and 2 of the 3 waiting places, so
+    2 more choices cannot queue now: 429 at once (more choices than the queue could ever hold
+    are a 400, tests/http/test_limits.py). Read off the wire: httpx would fill in a missing
+    phrase; vLLM's client (aiohttp) does not."""
+    body = json.dumps({**SHORT, "n": 2}).encode()
     head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nConnection: close\r\n"
             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
-    with socket.create_connection(("127.0.0.1", served.daemon.port), timeout=30) as sock:
-        sock.sendall(head + body)
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
+    url = f"{served.url}/v1/chat/completions"
+    with httpx.Client(timeout=60) as client, \
+            client.stream("POST", url, json={**LONG, "n": 3}) as first, \
+            client.stream("POST", url, json={**LONG, "n": 3}) as second:
+        assert first.status_code == second.status_code == 200
+        with socket.create_connection(("127.0.0.1", served.daemon.port), timeout=30) as sock:
+            sock.sendall(head + body)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
     status, _, rest = answer.partition(b"\r\n")
     assert status == b"HTTP/1.1 429 Too Many Requests", answer
     assert b"\r\nretry-after: " in b"\r\n" + rest.lower(), answer

@@ -23,6 +23,7 @@ capacities, engine-speed pairs), OUT/summary.md (the tables it prints) and the p
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -30,7 +31,7 @@ import msgspec
 from tqdm import tqdm
 
 from bench import compare, enginespeed, vllm_client, workload
-from bench.metrics import RequestResult
+from bench.metrics import RequestResult, Summary
 from bench.servers import Server, Settings, System, parse_system
 from bench.sweepstats import (
     Pair,
@@ -69,6 +70,19 @@ class SweepResults(msgspec.Struct, kw_only=True):
     points: list[Point] = []
     capacities: list[SystemCapacity] = []
     pairs: list[Pair] = []
+
+
+# Summary's float fields: nan (no request completed) is null in JSON, nan again when read.
+_FLOATS = frozenset(f.name for f in msgspec.structs.fields(Summary) if f.type is float)
+
+
+def load_results(path: Path) -> SweepResults:
+    """OUT/sweep.json as written (runs where nothing completed included)."""
+    raw = msgspec.json.decode(path.read_bytes())
+    for run in raw["runs"]:
+        run["summary"] = {key: math.nan if value is None and key in _FLOATS else value
+                          for key, value in run["summary"].items()}
+    return msgspec.convert(raw, SweepResults)
 
 
 def _client(results: SweepResults) -> str:
@@ -161,10 +175,15 @@ def run_sweep(args: argparse.Namespace) -> int:
         sample=workload.sample_label(spec), slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
         slo=client.sent_slo(args), max_num_seqs=args.max_num_seqs, kv_blocks=args.kv_blocks,
         max_running=args.max_running, client=args.client)
-    with tqdm(total=len(loads) * args.repeats * len(systems), unit="run",
-              file=sys.stderr) as bar:
-        for repeat in range(args.repeats):
-            _repetition(systems, settings, args, results, repeat, bar)
+    try:
+        with tqdm(total=len(loads) * args.repeats * len(systems), unit="run",
+                  file=sys.stderr) as bar:
+            for repeat in range(args.repeats):
+                _repetition(systems, settings, args, results, repeat, bar)
+    except BaseException:  # a failed server, Ctrl-C: the runs done are still summarized
+        if results.runs:
+            print(finish(results, args.out) + "\n(partial: the sweep stopped early)")
+        raise
     print(finish(results, args.out))
     return 0
 

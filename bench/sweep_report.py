@@ -68,17 +68,29 @@ def capacity_table(caps: Sequence[SystemCapacity], baseline: str, capacity_rps: 
     """SLO capacity (the highest load with >= 90 % attainment, interpolated) per system:
     median (min–max) over repetitions, in load units and req/s, and over the baseline's;
     ">=" where every repetition met it at every load, "<" where none did at the lowest."""
-    base = next((c.spread.median for c in caps if c.system == baseline), math.nan)
+    base = next((c for c in caps if c.system == baseline), None)
     lines = ["| system | SLO capacity (x load) | req/s | vs " + baseline + " | per repetition |",
              "|---" * 5 + "|"]
     for c in caps:
-        rel = c.spread.median / base if base else math.nan
-        bounds = {k.bound for k in c.per_repeat}  # ">=" / "<" where every one is censored
-        bound = bounds.pop() if len(bounds) == 1 else ""
+        bound = _bound(c)
         lines.append(f"| {c.system} | {bound}{cell(c.spread)} "
                      f"| {bound}{c.spread.median * capacity_rps:.3g} "
-                     f"| {_num(rel, 2)}x | {', '.join(k.describe() for k in c.per_repeat)} |")
+                     f"| {_relative(c, base)} "
+                     f"| {', '.join(k.describe() for k in c.per_repeat)} |")
     return "\n".join(lines) + "\n"
+
+
+def _bound(cap: SystemCapacity) -> str:
+    """">=" or "<" where every repetition's capacity is censored alike; else ""."""
+    bounds = {k.bound for k in cap.per_repeat}
+    return bounds.pop() if len(bounds) == 1 else ""
+
+
+def _relative(cap: SystemCapacity, base: SystemCapacity | None) -> str:
+    """cap / base, as a bound where cap is one, "–" where base is one (or missing)."""
+    if base is None or _bound(base) or not base.spread.median:
+        return "–"
+    return f"{_bound(cap)}{cap.spread.median / base.spread.median:.2f}x"
 
 
 def pairs_table(pairs: Sequence[Pair], baseline: str) -> str:

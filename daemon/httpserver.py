@@ -42,6 +42,7 @@ from hypercorn.utils import wrap_app
 from starlette.types import ASGIApp
 
 from daemon.config import ServerConfig
+from daemon.http.wire import OpenAIErrorsHttpTools
 
 __all__ = ["listen", "serve"]
 
@@ -62,7 +63,7 @@ async def serve(app: ASGIApp, sock: socket.socket, server: ServerConfig,
 async def _uvicorn(app: ASGIApp, sock: socket.socket, server: ServerConfig,
                    stop: asyncio.Event) -> None:
     http = _UvicornServer(uvicorn.Config(
-        app, http="httptools", ws="none", loop="none", backlog=server.backlog,
+        app, http=OpenAIErrorsHttpTools, ws="none", loop="none", backlog=server.backlog,
         proxy_headers=False, log_config=None, access_log=False,
         timeout_graceful_shutdown=math.ceil(server.graceful_timeout_s)))
     stopped = asyncio.ensure_future(stop.wait())

@@ -8,6 +8,7 @@ ended-jobs queue to the predictor (feedback), the metrics and the Retry-After es
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import math
@@ -15,6 +16,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from daemon import apikeys
 from daemon.config import Config, ConfigError, cost_profile, slots_per_engine
@@ -45,6 +48,13 @@ def model_context_len(config: Config) -> int:
         return config.model.max_model_len
     model_cfg = json.loads((Path(config.model.path) / "config.json").read_text())
     return int(model_cfg.get("max_position_embeddings", 2048))
+
+
+def config_sha256(config: Config) -> str:
+    """The live tree's fingerprint: every key's value, defaults included (the file's text,
+    comments and order do not count; restart-only sections a reload kept are the running
+    ones)."""
+    return hashlib.sha256(msgspec.json.encode(config)).hexdigest()
 
 
 def build_executors(config: Config, inbox: asyncio.Queue[Event]) -> list[Executor]:
@@ -104,6 +114,7 @@ class Service:
             config, self.executors, inbox, predictor=self.predictions,
             remaining=self.predictions.remaining if repredicts else None, ended=self._ended)
         self.metrics.watch(self.scheduler, self.predictions, self.executors)
+        self.metrics.config_live(config.scheduler.policy, config_sha256(config))
         self.keys = self._load_keys(config)
         self.ready = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -199,6 +210,7 @@ class Service:
         self.scheduler.forecast.enforce = config.slo.enforce  # read on the same loop
         self.keys = keys
         self.config = config
+        self.metrics.config_live(config.scheduler.policy, config_sha256(config))
 
     @staticmethod
     def _load_keys(config: Config) -> apikeys.KeyRing | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 
@@ -56,3 +57,10 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return len(self._tok)
+
+    @functools.cached_property
+    def max_token_chars(self) -> int:
+        """The most characters one token stands for (its vocabulary entry's length bounds
+        its text, byte-level or not): a text of C characters has at least C / this many
+        tokens, known before tokenizing it."""
+        return max((len(token) for token in self._tok.get_vocab()), default=1) or 1

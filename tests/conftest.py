@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import os
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.support import BENCH_KNOBS, ROOT, SMOLLM2, TINY, DaemonProcess, require_model
@@ -55,3 +59,53 @@ def tiny_model() -> Path:
 def smollm2_model() -> Path:
     require_model(SMOLLM2)
     return SMOLLM2
+
+
+# Every process a test starts inherits this variable, so that the run can tell its own
+# processes from others' on a shared host; at its end none may be left but its own helpers.
+SESSION_ENV = "LENGTHWISE_TEST_SESSION"
+_LEFT_BEHIND_WAIT_S = 15.0  # engines of a daemon stopped last may still be on their way out
+# The test process's own multiprocessing helpers: they end with it.
+_OWN_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ[SESSION_ENV] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def _left_behind(marker: str) -> list[str]:
+    """Processes of this run still running (not zombies), other than this one and its own
+    helpers: a daemon or an engine process some test did not end."""
+    me, found = os.getpid(), []
+    for process in psutil.process_iter(["pid", "ppid", "status", "cmdline"]):
+        info = process.info
+        if info["pid"] == me or info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        command = " ".join(info["cmdline"] or ())
+        if info["ppid"] == me and any(helper in command for helper in _OWN_HELPERS):
+            continue
+        try:
+            if process.environ().get(SESSION_ENV) == marker:
+                found.append(f"{info['pid']}: {command[:120]}")
+        except psutil.Error:  # gone, or another user's
+            continue
+    return found
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No test may leave a daemon or an engine process behind (they end with their daemon
+    within 10 s however it ends: daemon/executors/lifeline.py)."""
+    marker = os.environ.get(SESSION_ENV)
+    if marker is None:
+        return
+    deadline = time.monotonic() + _LEFT_BEHIND_WAIT_S
+    while (left := _left_behind(marker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep("=", f"{len(left)} processes left behind by this run", red=True)
+            for line in left:
+                reporter.write_line(f"  {line}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -8,6 +8,9 @@ multiprocessing forkserver that imports torch and vLLM once; every EngineCore is
 from it, and each EngineCore forks its worker. A restart then pays for no import at all,
 and a first start for one instead of two.
 
+Every engine process started here (forked, or spawned with start_method = "spawn") ends
+with the daemon, however the daemon ends (lifeline.py).
+
 A forked process does not get two things a spawned one gets, so it applies them itself
 before it runs:
 - the environment its parent had when it started it (a forkserver child would otherwise
@@ -29,12 +32,12 @@ from collections.abc import Mapping
 from multiprocessing import context as mp_context
 from typing import Any
 
-from daemon.executors import spawn
+from daemon.executors import lifeline, spawn
 
 # Imported once by the forkserver, so that engine processes forked from it start warm.
 PRELOAD = ["torch", "vllm.v1.engine.core", "vllm.v1.executor.multiproc_executor",
            "vllm.v1.worker.cpu_worker", "vllm.v1.worker.cpu_model_runner",
-           "daemon.executors.enginefork"]
+           "daemon.executors.enginefork", "daemon.executors.forkserver_lifeline"]
 # vLLM modules that start processes, each with its own reference to get_mp_context.
 _STARTERS = ["vllm.v1.engine.utils", "vllm.v1.executor.multiproc_executor",
              "vllm.v1.engine.coordinator"]
@@ -70,14 +73,28 @@ def _apply_openmp_env() -> None:
         torch.set_num_threads(int(threads))
 
 
-class _Carried:
+class _Lifelined:
+    """A process that ends with the daemon (lifeline.py), watching from its first step."""
+
+    _daemon_pid: int
+
+    def start(self) -> None:
+        self._daemon_pid = lifeline.daemon_pid()
+        super().start()  # type: ignore[misc]
+
+    def run(self) -> None:
+        lifeline.hold(self._daemon_pid)
+        super().run()  # type: ignore[misc]
+
+
+class _Carried(_Lifelined):
     """Takes the parent's environment at start(); the child installs it before run()."""
 
     _carried_env: dict[str, str]
 
     def start(self) -> None:
         self._carried_env = dict(os.environ)
-        super().start()  # type: ignore[misc]
+        super().start()
         spawn.notify_started()
 
     def run(self) -> None:
@@ -89,7 +106,7 @@ class _Carried:
             if os.environ.get(key) != value:
                 os.environ[key] = value
         _apply_openmp_env()
-        super().run()  # type: ignore[misc]
+        super().run()
 
 
 class _ForkedProcess(_Carried, mp_context.ForkProcess):
@@ -102,6 +119,12 @@ class _ForkServerProcess(_Carried, mp_context.ForkServerProcess):
         super().run()
 
 
+class _SpawnedProcess(_Lifelined, mp_context.SpawnProcess):
+    def run(self) -> None:
+        _use(_SPAWN)  # this engine's worker is spawned with a lifeline too
+        super().run()
+
+
 class _ForkContext(mp_context.ForkContext):
     Process = _ForkedProcess  # type: ignore[assignment]
 
@@ -110,8 +133,13 @@ class _ForkServerContext(mp_context.ForkServerContext):
     Process = _ForkServerProcess  # type: ignore[assignment]
 
 
+class _SpawnContext(mp_context.SpawnContext):
+    Process = _SpawnedProcess  # type: ignore[assignment]
+
+
 _FORK = _ForkContext()
 _FORKSERVER = _ForkServerContext()
+_SPAWN = _SpawnContext()
 
 
 def _use(context: Any) -> None:
@@ -122,6 +150,12 @@ def _use(context: Any) -> None:
 
 def use_forkserver() -> None:
     """From now on vLLM starts this process's engines from the warm forkserver (started
-    with the first engine). Idempotent."""
+    with the first engine), each with a lifeline. Idempotent."""
     _FORKSERVER.set_forkserver_preload(PRELOAD)
     _use(_FORKSERVER)
+
+
+def use_spawn() -> None:
+    """From now on vLLM spawns this process's CPU engines as it does itself, each with a
+    lifeline (start_method = "spawn"). Idempotent."""
+    _use(_SPAWN)

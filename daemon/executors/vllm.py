@@ -111,6 +111,8 @@ class VLLMExecutor(Executor):
 
         if self._forks():
             enginefork.use_forkserver()
+        elif not self.device.startswith("cuda"):
+            enginefork.use_spawn()
 
         kv_transfer = self._kv_transfer_config() if kvstore else None
         return AsyncLLM.from_engine_args(

@@ -113,10 +113,24 @@ def check(spec: SamplingSpec, engine: Any) -> None:
                       config.structured_outputs_config, tokenizer)
         if tokenizer is not None:
             params.update_from_tokenizer(tokenizer)  # bad words that do not tokenize
+            _check_bad_words_tokens(params)
     except VLLMValidationError as exc:
         raise SamplingRefused(str(exc), getattr(exc, "parameter", None)) from None
     except (ValueError, TypeError) as exc:
         raise SamplingRefused(str(exc), None) from None
+
+
+def _check_bad_words_tokens(params: SamplingParams) -> None:
+    """vLLM's model runner refuses more bad-word tokens than VLLM_MAX_BAD_WORDS_TOTAL_TOKENS
+    (its buffer's width) when the request reaches it; refused here, in its words, before."""
+    from vllm import envs
+    from vllm.exceptions import VLLMValidationError
+
+    total = sum(len(ids) for ids in params.bad_words_token_ids or ())
+    if total > envs.VLLM_MAX_BAD_WORDS_TOTAL_TOKENS:
+        raise VLLMValidationError(f"Too many total bad word tokens: {total}. The max is "
+                                  f"{envs.VLLM_MAX_BAD_WORDS_TOTAL_TOKENS}.",
+                                  parameter="bad_words")
 
 
 def positions(logprobs: Iterable[dict[int, Any] | None] | None) -> list[Position | None]:

@@ -48,8 +48,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def check_sampling(req: SamplingFields, limits: RequestLimits, max_waiting: int,
                    num_prompts: int = 1) -> None:
-    """vLLM's limits on the fields every generation request shares (n, stop, bad_words)
-    and lengthwise's on its sequences; `num_prompts`: the prompts it holds."""
+    """vLLM's limits on the fields every generation request shares (n, stop, bad_words,
+    logprob_token_ids) and lengthwise's on its sequences; `num_prompts`: its prompts."""
     n = req.n or 1
     if n > limits.vllm_max_n_sequences:
         raise bad_request(f"n must be at most {limits.vllm_max_n_sequences}, got {n}. To "
@@ -60,6 +60,11 @@ def check_sampling(req: SamplingFields, limits: RequestLimits, max_waiting: int,
         # each word is at least one token sequence: more words are more sequences
         raise bad_request(f"Too many bad words: {len(req.bad_words)}. The max number is "
                           f"{limits.vllm_max_num_bad_words}.", "bad_words")
+    ids = req.logprob_token_ids
+    if ids and len(ids) > limits.max_logprob_token_ids:
+        raise bad_request(f"Requested logprob_token_ids of length {len(ids)}, which is "
+                          f"greater than max allowed: {limits.max_logprob_token_ids}",
+                          "logprob_token_ids")
     check_sequences(num_prompts, n, max_waiting)
 
 

@@ -8,7 +8,7 @@ import collections
 import math
 from collections.abc import Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -260,12 +260,21 @@ class Metrics:
         self.repredict_s = Histogram("lengthwise_repredict_batch_seconds", "Time of one "
                                      "re-prediction batch (detokenize + iterative model)",
                                      buckets=_TPOT_BUCKETS, registry=self.registry)
+        self._config_info = Gauge("lengthwise_config_info", "The live configuration: its "
+                                  "policy, and the sha256 of the whole tree as it runs "
+                                  "(changes when a reload changes anything)",
+                                  ["policy", "config_sha256"], registry=self.registry)
 
     def watch(self, scheduler: Scheduler, predictions: Predictions,
               executors: Sequence[Executor]) -> None:
         self.registry.register(_SchedulerCollector(scheduler, predictions, executors))
         self.registry.register(_EngineCollector(executors))
         self.registry.register(PredictedTtftCollector(scheduler))
+
+    def config_live(self, policy: str, config_sha256: str) -> None:
+        """The configuration now running (at start and after each reload)."""
+        self._config_info.clear()
+        self._config_info.labels(policy, config_sha256).set(1)
 
     def observe_prediction_batch(self, seconds: float) -> None:
         self.prediction_s.observe(seconds)

@@ -31,10 +31,7 @@ from daemon.http.errors import bad_request
 from daemon.http.prepare import Prepared
 from daemon.http.render import Prompt
 from daemon.http.response_store import Entry, ResponseStore
-from daemon.http.responses_objects import (
-    OutputItem,
-    ResponseObject,
-)
+from daemon.http.responses_objects import OutputItem, ResponseObject
 from daemon.http.responses_schemas import ResponsesRequest, TextConfig, TextFormat
 from daemon.http.responses_turn import Turn
 from daemon.http.routes import Routes
@@ -78,11 +75,15 @@ class ResponsesApi:
         template, plain = translate.chat_messages(creq)
         tok = self.service.tokenizer
         options = chat.template_options(creq)
+
+        def render() -> tuple[str, list[int]]:  # one thread hop for both
+            text = tok.render_chat(template, **options)
+            return text, tok.encode(text, False)
+
         try:
-            text = await asyncio.to_thread(tok.render_chat, template, **options)
+            text, ids = await asyncio.to_thread(render)
         except TemplateError as exc:
             raise bad_request(str(exc), "input") from None
-        ids = await asyncio.to_thread(tok.encode, text, False)
         limit = self.service.max_model_len
         if len(ids) >= limit:  # vLLM's words
             raise bad_request(f"The engine prompt length {len(ids)} exceeds the max_model_len "

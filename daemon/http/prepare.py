@@ -39,11 +39,14 @@ class Prepared:
 def chat_request(svc: Service, req: ChatCompletionRequest) -> Prepared:
     chosen = chat.check(req, svc.config.model.tool_call_parser)
     template, plain = translate.chat_messages(req)
+    tok = svc.tokenizer
     try:
-        ids = svc.tokenizer.encode_chat(template, add_special_tokens=bool(req.add_special_tokens),
-                                        **chat.template_options(req))
+        text = tok.render_chat(template, **chat.template_options(req))
     except TemplateError as exc:
         raise translate.bad_request(str(exc), "messages") from None
+    translate.check_text_fits(text, req.truncate_prompt_tokens, svc.max_model_len,
+                              tok.max_token_chars, "messages")
+    ids = tok.encode(text, bool(req.add_special_tokens))
     ids = translate.truncate(ids, req.truncate_prompt_tokens, req.truncation_side)
     top = (req.top_logprobs or 0) if req.logprobs else None
     requested = req.max_completion_tokens if req.max_completion_tokens is not None \
@@ -61,6 +64,8 @@ def completion_request(svc: Service, req: CompletionRequest) -> Prepared:
     prompts = []
     for one in translate.completion_prompts(req):
         if isinstance(one, str):
+            translate.check_text_fits(one, req.truncate_prompt_tokens, svc.max_model_len,
+                                      tok.max_token_chars, "prompt")
             ids, text = tok.encode(one, add_special), one
         else:
             translate.check_vocab(one, vocab_size)

@@ -40,7 +40,7 @@ _NOT_FOUND = "Tool choice 'function' not found in 'tools' parameter."
 def check(req: ResponsesRequest) -> str | NamedToolChoice:
     """vLLM's request checks; the effective tool choice in the chat shape."""
     for name, why in REFUSED.items():
-        if getattr(req, name) not in (None, [], {}):
+        if getattr(req, name) not in (None, False, "", [], {}):  # unless it asks nothing
             raise bad_request(f"{name!r}: {why}", name, "unsupported_parameter")
     if req.background and req.store is False:
         raise bad_request("background can only be used when `store` is true", "background")
@@ -122,6 +122,9 @@ def conversation(req: ResponsesRequest, history: list[ChatMessage] | None,
         new = _message(item, i, messages[-1] if len(messages) > start else None)
         if new is not None:
             messages.append(new)
+    if not messages:
+        raise bad_request("'input' must hold at least one item (or instructions or a "
+                          "previous response)", "input")
     return messages
 
 

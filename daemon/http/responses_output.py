@@ -140,8 +140,9 @@ class Events:
             mark = TextDelta(0, _MARK_TEXT, self._item_id, [], self.output_index, _MARK_SEQ)
             raw = b"event: response.output_text.delta\ndata: %s\n\n" % msgspec.json.encode(mark)
             head, _, rest = raw.partition(msgspec.json.encode(_MARK_TEXT))
-            mid, _, tail = rest.partition(b"%d" % _MARK_SEQ)
-            self._frame = (head, mid, tail)
+            key = b'"sequence_number":'
+            mid, _, tail = rest.partition(key + b"%d" % _MARK_SEQ)
+            self._frame = (head, mid + key, tail)
         head, mid, tail = self._frame
         number = self.sequence
         self.sequence += 1

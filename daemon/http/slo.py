@@ -5,11 +5,18 @@ objectives, with llm-d's reason header; the predicted latency a response reports
 Precedence, field by field: the request's x-llm-d-slo-ttft-ms / x-llm-d-slo-tpot-ms headers,
 then its API key's objective, then its class's (by `priority`). `sheddable` comes from the
 key or the class. No bound and not sheddable: best effort (no objective).
+
+The headers as llm-d's router reads them (its metadata.GetLowerCaseHeaderValue): the
+deprecated aliases x-slo-ttft-ms / x-slo-tpot-ms count when the new name is absent, and are
+ignored when it comes. Stricter than llm-d where it would guess: a value is milliseconds in
+ASCII digits with an optional fraction ("250", "12.5"; no sign, exponent, "_" or non-ASCII
+space), and one header sent twice with different values is refused, not the first taken.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 from daemon.apikeys import MAX_OBJECTIVE_MS, ApiKey, Objective
@@ -21,6 +28,10 @@ from daemon.http.errors import ApiError
 
 TTFT_HEADER = "x-llm-d-slo-ttft-ms"
 TPOT_HEADER = "x-llm-d-slo-tpot-ms"
+# llm-d's deprecated aliases of the two, read only when the new name is absent
+ALIASES = {TTFT_HEADER: "x-slo-ttft-ms", TPOT_HEADER: "x-slo-tpot-ms"}
+_MILLIS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,12})?")
+_OWS = " \t"  # the optional whitespace around a header value (RFC 9110)
 DROPPED_HEADER = "x-llm-d-request-dropped-reason"
 SATURATED = "rejected-saturated"  # llm-d's reason for a request refused for capacity
 
@@ -42,17 +53,32 @@ def objective(headers: Mapping[str, str], priority: int, key: ApiKey | None,
 
 
 def _millis(headers: Mapping[str, str], name: str) -> float | None:
-    raw = headers.get(name)
-    if raw is None:
+    """The header's milliseconds (None: neither it nor its alias came); a 400 naming the
+    header for a value that is not a number in (0, MAX_OBJECTIVE_MS], or for two values."""
+    used, values = name, _values(headers, name)
+    if not values:
+        used, values = ALIASES[name], _values(headers, ALIASES[name])
+    if not values:
         return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
+    texts = {v.strip(_OWS) for v in values}
+    if len(texts) > 1:
+        raise ApiError(400, f"header {used} was sent {len(values)} times with different "
+                            "values; send it once", param=used)
+    raw = texts.pop()
+    value = float(raw) if _MILLIS.fullmatch(raw) else math.nan
     if not 0 < value <= MAX_OBJECTIVE_MS:  # NaN fails too
-        raise ApiError(400, f"header {name} must be milliseconds in (0, {MAX_OBJECTIVE_MS:.0f}]"
-                            f", got {raw[:32]!r}", param=name)
+        raise ApiError(400, f"header {used} must be milliseconds in (0, {MAX_OBJECTIVE_MS:.0f}]"
+                            f" (digits, an optional fraction), got {raw[:32]!r}", param=used)
     return value
+
+
+def _values(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every value of a header (starlette's Headers keeps repeats; a plain mapping one)."""
+    getlist = getattr(headers, "getlist", None)
+    if getlist is not None:
+        return list(getlist(name))
+    value = headers.get(name)
+    return [] if value is None else [value]
 
 
 def refused(exc: SloUnreachable) -> ApiError:

@@ -158,6 +158,19 @@ def truncate(ids: list[int], keep: int | None, side: str | None) -> list[int]:
     return ids[:keep] if side == "right" else ids[len(ids) - keep:]
 
 
+def check_text_fits(text: str, truncate_to: int | None, max_model_len: int,
+                    max_token_chars: int, param: str) -> None:
+    """A prompt text that cannot fit the context whatever its tokens are (at least
+    len / max_token_chars of them) is refused before it is tokenized: tokenizing costs about
+    2 us a character, and the body may hold millions. One that is to be truncated
+    (truncate_prompt_tokens) is tokenized whole, as in vLLM."""
+    fewest = -(-len(text) // max_token_chars)
+    if truncate_to is None and fewest >= max_model_len:
+        raise bad_request(f"This model's maximum context length is {max_model_len} tokens; "
+                          f"the prompt has at least {fewest} ({len(text)} characters)", param,
+                          "context_length_exceeded")
+
+
 def check_vocab(token_ids: list[int], vocab_size: int, param: str = "prompt") -> None:
     if any(not 0 <= t < vocab_size for t in token_ids):
         raise bad_request(f"token ids must be in 0..{vocab_size - 1}", param)
@@ -313,5 +326,6 @@ def check_request(req: SamplingFields, stream: bool) -> None:
 
 
 def unknown_model(name: str, served: str) -> ApiError:
-    return bad_request(f"model {name!r} does not exist; this server serves {served!r}", "model",
-                       "model_not_found")
+    shown = name if len(name) <= 128 else name[:128] + "..."  # a client's string, echoed
+    return bad_request(f"model {shown!r} does not exist; this server serves {served!r}",
+                       "model", "model_not_found")

@@ -6,6 +6,7 @@ its decoded text kept as given (None where it decoded none)."""
 
 from __future__ import annotations
 
+import pytest
 from vllm.logprobs import Logprob
 from vllm.sampling_params import RequestOutputKind
 
@@ -59,3 +60,18 @@ def test_positions_from_vllms_logprobs() -> None:
     assert vllm_params.positions([None, step]) == [None, [
         TokenLogprob(5, -0.25, 1, " a"), TokenLogprob(6, -1.5, 2, ""),
         TokenLogprob(7, -3.0, 3, None)]]
+
+
+def test_bad_words_beyond_vllms_token_budget_are_refused_before_the_engine() -> None:
+    from vllm import envs
+    from vllm.exceptions import VLLMValidationError
+
+    budget = envs.VLLM_MAX_BAD_WORDS_TOTAL_TOKENS
+    params = vllm_params.sampling_params(SamplingSpec(max_tokens=4, bad_words=("x",)), 4, [],
+                                         False)
+    params._bad_words_token_ids = [[1] * budget]  # as update_from_tokenizer leaves them
+    vllm_params._check_bad_words_tokens(params)  # at the budget: fine
+    params._bad_words_token_ids = [[1] * budget, [2]]
+    with pytest.raises(VLLMValidationError, match=f"Too many total bad word tokens: "
+                                                  f"{budget + 1}. The max is {budget}."):
+        vllm_params._check_bad_words_tokens(params)

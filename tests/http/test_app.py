@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 import pytest_asyncio
 
@@ -20,7 +22,7 @@ from daemon.config import (
     ServerConfig,
 )
 from daemon.http.app import build_app
-from daemon.service import Service
+from daemon.service import Service, config_sha256
 
 MODEL = "smollm2-135m-instruct"
 HELLO = [{"role": "user", "content": "hello"}]
@@ -196,6 +198,28 @@ async def test_metrics_count_tokens_and_latencies(
             assert f'lengthwise_{name}_total{{executor="sim0",kv="{kv}"}} 0.0' in text
     assert "# TYPE lengthwise_kvstore_bytes gauge" in text  # no kvstore: no samples
     assert "lengthwise_kvstore_bytes{" not in text
+
+
+@pytest.mark.asyncio
+async def test_config_info_names_the_live_config_and_follows_a_reload(
+        client: tuple[httpx.AsyncClient, Service]) -> None:
+    http, service = client
+    before = service.config
+    assert _config_info((await http.get("/metrics")).text) == \
+        [(before.scheduler.policy, config_sha256(before))]
+    after = msgspec.structs.replace(before, scheduler=msgspec.structs.replace(
+        before.scheduler, policy="fcfs"))
+    service.apply(after)  # what SIGHUP does with a file it accepts
+    info = _config_info((await http.get("/metrics")).text)
+    assert info == [("fcfs", config_sha256(after))] and config_sha256(after) != \
+        config_sha256(before)
+
+
+def _config_info(metrics: str) -> list[tuple[str, str]]:
+    """(policy, config_sha256) of every lengthwise_config_info sample."""
+    samples = re.findall(r"^lengthwise_config_info\{(.*)\} 1\.0$", metrics, re.MULTILINE)
+    return [(re.findall(r'policy="([^"]+)"', labels)[0],
+             re.findall(r'config_sha256="([0-9a-f]{64})"', labels)[0]) for labels in samples]
 
 
 @pytest.mark.asyncio

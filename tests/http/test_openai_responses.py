@@ -86,6 +86,7 @@ BAD = [  # (body, status, param)
     ({"input": "x", "prompt": {"id": "pmpt_1"}}, 400, "prompt"),
     ({"input": "x", "bogus": 1}, 400, "bogus"),
     ({"max_output_tokens": 3}, 400, "input"),
+    ({"input": []}, 400, "input"),
     ({"input": "x", "previous_response_id": "resp_nope"}, 404, "response_id"),
     ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, 400, "input"),
     ({"input": [{"type": "function_call", "name": "f"}]}, 400, "input[0]"),
@@ -238,3 +239,17 @@ def test_store_is_bounded_by_count_and_bytes() -> None:
     assert store.get("r3") is None and store.get("r2") is not None
     store.put("big", Entry([ChatMessage(role="user", content="y" * 9_990)]))
     assert len(store) == 1 and store.num_bytes == store.get("big").size  # type: ignore[union-attr]
+
+
+def test_a_framed_text_delta_is_the_encoded_event() -> None:
+    """The per-token path frames a text delta around its text and number: the bytes equal
+    the event encoded whole."""
+    from daemon.http.responses_objects import TextDelta
+    from daemon.http.responses_output import Events
+
+    events = Events()
+    first = events.text("Hel")  # events 0-2: the message opens, its first delta
+    framed = events.text('lo "x"\n')
+    item_id = json.loads(first.split(b"\n\n")[0].split(b"data: ")[1])["item"]["id"]
+    whole = msgspec.json.encode(TextDelta(0, 'lo "x"\n', item_id, [], 0, 3))
+    assert framed == b"event: response.output_text.delta\ndata: " + whole + b"\n\n"

@@ -3,13 +3,15 @@ daemon per server shared by this module (simulated engine: the server is what is
 test): streams arrive token by token and whole, the listen backlog is the configured one,
 a 429's status line carries its reason phrase (vLLM's bench client reads it), connections
 beyond server.max_connections get 503 with Retry-After and are closed while /health still
-answers, and HTTP/2: hypercorn speaks h2c (prior knowledge and Upgrade), uvicorn refuses it
-at once."""
+answers, HTTP/2: hypercorn speaks h2c (prior knowledge and Upgrade), uvicorn refuses it at
+once; and, last, SIGTERM: the drain, its limit and server.graceful_timeout_s, then exit 0."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -31,36 +33,64 @@ CAP = 3
 MAX_WAITING = CAP  # the CAP held streams may all be queued at once
 BACKLOG = 321  # not a default of either server
 STEP_S = 0.05
+DRAIN_S = 3.0
+GRACE_S = 2.0
 
 
 class Served:
-    def __init__(self, http: str, daemon: DaemonProcess) -> None:
+    """A daemon on one HTTP server, shared by this module's tests; a test that stops it (the
+    drain, last) leaves any test after it a new one."""
+
+    def __init__(self, http: str, folder: Path, model: Path) -> None:
         self.http = http
-        self.daemon = daemon
-        self.url = daemon.base_url
+        self._folder = folder
+        self._model = model
+        self._current: DaemonProcess | None = None
+        self.exit_codes: list[int] = []
+
+    @property
+    def daemon(self) -> DaemonProcess:
+        if self._current is None or self._current.proc.poll() is not None:
+            self.close()
+            self._current = self._start(len(self.exit_codes))
+        return self._current
+
+    @property
+    def url(self) -> str:
+        return self.daemon.base_url
+
+    def _start(self, k: int) -> DaemonProcess:
+        # A slow simulated step (50 ms): the held streams would run 100 s, far longer than
+        # the test (they are cut when released). At 10 ms (20 s) the first held stream could
+        # end on a loaded machine before the last was admitted, and free its connection.
+        text = config_text(self._model, free_port(), engine_kind="sim", max_running=CAP + 1,
+                           max_waiting=MAX_WAITING, drain_timeout_s=DRAIN_S, http=self.http,
+                           extra=sim_profile(self._folder / "slow.json", decode_base_s=STEP_S)
+                           + '[predictor]\npath = "none"\n')  # no encoder to load
+        config = self._folder / f"lengthwise-{k}.toml"
+        config.write_text(text.replace("[server]\n", f"[server]\nmax_connections = {CAP}\n"
+                                       f"backlog = {BACKLOG}\ngraceful_timeout_s = {GRACE_S}\n"))
+        daemon = DaemonProcess(config, self._folder / f"daemon-{k}.log")
+        daemon.wait_ready()
+        assert f"({self.http}, policy" in daemon.log()
+        return daemon
+
+    def close(self) -> None:
+        if self._current is not None:
+            self.exit_codes.append(self._current.stop())
+            self._current = None
 
 
 @pytest.fixture(scope="module", params=["uvicorn", "hypercorn"])
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
            smollm2_model: Path) -> Iterator[Served]:
-    # A slow simulated step (50 ms): the held streams would run 100 s, far longer than the
-    # test (they are cut when released). At 10 ms (20 s) the first held stream could end
-    # on a loaded machine before the last was admitted, and free its connection.
-    folder = tmp_path_factory.mktemp(f"http-{request.param}")
-    text = config_text(smollm2_model, free_port(), engine_kind="sim", max_running=CAP + 1,
-                       max_waiting=MAX_WAITING, http=request.param,
-                       extra=sim_profile(folder / "slow.json", decode_base_s=STEP_S)
-                       + '[predictor]\npath = "none"\n')  # no encoder to load: starts sooner
-    config = folder / "lengthwise.toml"
-    config.write_text(text.replace(
-        "[server]\n", f"[server]\nmax_connections = {CAP}\nbacklog = {BACKLOG}\n", 1))
-    daemon = DaemonProcess(config, folder / "daemon.log")
+    served = Served(request.param, tmp_path_factory.mktemp(f"http-{request.param}"),
+                    smollm2_model)
     try:
-        daemon.wait_ready(120)
-        assert f"({request.param}, policy" in daemon.log()
-        yield Served(request.param, daemon)
+        yield served
     finally:
-        assert daemon.stop() == 0, daemon.log()
+        served.close()
+    assert served.exit_codes == [0] * len(served.exit_codes)
 
 
 def test_a_stream_arrives_token_by_token_and_whole(served: Served) -> None:
@@ -81,16 +111,23 @@ def test_a_stream_arrives_token_by_token_and_whole(served: Served) -> None:
 
 
 def test_a_429_status_line_carries_its_reason_phrase(served: Served) -> None:
-    """n = max_waiting + 1 choices cannot all queue: 429 at once. Read off the wire: httpx
-    would fill in a missing phrase; vLLM's client (aiohttp) does not."""
-    body = json.dumps({**SHORT, "n": MAX_WAITING + 1}).encode()
+    """Two long streams of 3 choices each fill the 4 slots and 2 of the 3 waiting places, so
+    2 more choices cannot queue now: 429 at once (more choices than the queue could ever hold
+    are a 400, tests/http/test_limits.py). Read off the wire: httpx would fill in a missing
+    phrase; vLLM's client (aiohttp) does not."""
+    body = json.dumps({**SHORT, "n": 2}).encode()
     head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nConnection: close\r\n"
             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
-    with socket.create_connection(("127.0.0.1", served.daemon.port), timeout=30) as sock:
-        sock.sendall(head + body)
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
+    url = f"{served.url}/v1/chat/completions"
+    with httpx.Client(timeout=60) as client, \
+            client.stream("POST", url, json={**LONG, "n": 3}) as first, \
+            client.stream("POST", url, json={**LONG, "n": 3}) as second:
+        assert first.status_code == second.status_code == 200
+        with socket.create_connection(("127.0.0.1", served.daemon.port), timeout=30) as sock:
+            sock.sendall(head + body)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
     status, _, rest = answer.partition(b"\r\n")
     assert status == b"HTTP/1.1 429 Too Many Requests", answer
     assert b"\r\nretry-after: " in b"\r\n" + rest.lower(), answer
@@ -111,9 +148,11 @@ async def _one_stream(client: httpx.AsyncClient, started: asyncio.Event,
                       release: asyncio.Event) -> None:
     async with client.stream("POST", "/v1/chat/completions", json=LONG) as response:
         assert response.status_code == 200
-        async for _ in response.aiter_bytes():
-            started.set()
-            break
+        # Held by reference: an `async for` left by `break` lets its generator be finalized,
+        # which closes the response and so the stream; the cap then counted it out early.
+        chunks = response.aiter_bytes()
+        await anext(chunks)
+        started.set()
         await release.wait()
 
 
@@ -227,3 +266,59 @@ async def test_uvicorn_refuses_http2_at_once_and_answers_an_upgrade_in_http1(
             "connection": "Upgrade, HTTP2-Settings", "upgrade": "h2c",
             "http2-settings": "AAMAAABkAARAAAAAAAIAAAAA"})
     assert (plain.http_version, plain.status_code) == ("HTTP/1.1", 200)
+
+
+def test_sigterm_drains_then_stops(served: Served) -> None:
+    """Last (it stops the shared daemon): after SIGTERM new requests are refused, a stream
+    that fits the drain limit finishes whole, one longer is cut ('abort', then [DONE]), a
+    connection still sending its request gets server.graceful_timeout_s before the server
+    closes it; then exit 0."""
+    daemon = served.daemon
+    body = {**LONG, "max_tokens": 1000, "stream_options": {"include_usage": True}}
+    with (httpx.stream("POST", served.url + "/v1/chat/completions", json=body,
+                       timeout=60) as long,
+          httpx.stream("POST", served.url + "/v1/chat/completions",
+                       json={**body, "max_tokens": 8}, timeout=60) as short,
+          _sending_a_request(daemon.port) as sending):
+        long_lines, short_lines = long.iter_lines(), short.iter_lines()
+        assert next(long_lines).startswith("data: ") and next(short_lines).startswith("data: ")
+        daemon.signal(signal.SIGTERM)
+        assert _refused_once_draining(daemon) in (503, "connection refused")
+        finished = [line for line in short_lines if line]
+        cut = [line for line in long_lines if line]
+        cut_at = time.monotonic()
+        closed_after_s = _wait_closed(sending) - cut_at
+    assert finished[-1] == "data: [DONE]" and '"completion_tokens":8' in finished[-2]
+    assert '"finish_reason":"abort"' in cut[-3] and cut[-1] == "data: [DONE]"
+    assert GRACE_S * 0.75 <= closed_after_s < GRACE_S + 10, closed_after_s
+    assert daemon.proc.wait(30) == 0
+    assert "drain timed out; aborting 1 jobs" in daemon.log()
+
+
+@contextlib.contextmanager
+def _sending_a_request(port: int) -> Iterator[socket.socket]:
+    """A connection whose request is accepted but whose body never comes whole."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        yield sock
+
+
+def _refused_once_draining(daemon: DaemonProcess) -> int | str:
+    """A new request's answer once /health says the daemon drains (503)."""
+    try:
+        deadline = time.monotonic() + 30
+        while httpx.get(daemon.base_url + "/health", timeout=10).status_code == 200:
+            assert time.monotonic() < deadline, "SIGTERM not seen"
+            time.sleep(0.05)
+        return httpx.post(daemon.base_url + "/v1/chat/completions", json=SHORT,
+                          timeout=10).status_code
+    except httpx.ConnectError:
+        return "connection refused"
+
+
+def _wait_closed(sock: socket.socket) -> float:
+    """When the server ended the connection (whatever it sent before)."""
+    while sock.recv(65536):
+        pass
+    return time.monotonic()

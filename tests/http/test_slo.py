@@ -14,13 +14,14 @@ import httpx
 import msgspec
 import pytest
 import pytest_asyncio
+from starlette.datastructures import Headers
 
 from daemon.apikeys import ApiKey, Objective
 from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig, SloConfig
 from daemon.core.job import SamplingSpec, Slo
 from daemon.http.app import build_app
 from daemon.http.errors import ApiError
-from daemon.http.slo import DROPPED_HEADER, TPOT_HEADER, TTFT_HEADER, objective
+from daemon.http.slo import ALIASES, DROPPED_HEADER, TPOT_HEADER, TTFT_HEADER, objective
 from daemon.service import Service
 
 MODEL = "smollm2-135m-instruct"
@@ -62,11 +63,39 @@ def test_headers_win_over_the_key_and_the_class() -> None:
     assert objective({}, 5, None, CLASSES) == Slo(sheddable=True)
 
 
-@pytest.mark.parametrize("value", ["-5", "0", "abc", "nan", "inf", "1e9", ""])
+@pytest.mark.parametrize("value", ["-5", "0", "abc", "nan", "inf", "1e9", "", "1_000", "+5",
+                                   "\xa0250", "250\xa0", "1e3", "0x10", "250,300", "２５０",
+                                   "250.", ".5"])
 def test_a_bad_header_is_a_400_naming_it(value: str) -> None:
     with pytest.raises(ApiError) as caught:
         objective({TTFT_HEADER: value}, 0, None, {})
     assert caught.value.status == 400 and caught.value.info.param == TTFT_HEADER
+
+
+@pytest.mark.parametrize("value", ["250", " 250\t", "250.0", "0.5"])
+def test_a_header_is_milliseconds_in_digits(value: str) -> None:
+    assert objective({TTFT_HEADER: value}, 0, None, {}) == Slo(ttft_s=float(value) / 1000)
+
+
+def test_llm_ds_deprecated_aliases_count_unless_the_new_name_comes() -> None:
+    old_ttft, old_tpot = ALIASES[TTFT_HEADER], ALIASES[TPOT_HEADER]
+    assert objective({old_ttft: "250", old_tpot: "40"}, 0, None, {}) == \
+        Slo(ttft_s=0.25, tpot_s=0.04)
+    # the new name wins; the alias is then not read at all (llm-d: GetLowerCaseHeaderValue)
+    assert objective({TTFT_HEADER: "100", old_ttft: "soon"}, 0, None, {}) == Slo(ttft_s=0.1)
+    with pytest.raises(ApiError) as caught:
+        objective({old_tpot: "soon"}, 0, None, {})
+    assert caught.value.info.param == old_tpot
+
+
+def test_a_header_sent_twice_with_different_values_is_a_400() -> None:
+    twice = Headers(raw=[(TTFT_HEADER.encode(), b"100"), (TTFT_HEADER.encode(), b"200")])
+    with pytest.raises(ApiError) as caught:
+        objective(twice, 0, None, {})
+    assert caught.value.status == 400 and caught.value.info.param == TTFT_HEADER
+    assert "different values" in caught.value.info.message
+    same = Headers(raw=[(TTFT_HEADER.encode(), b"100"), (TTFT_HEADER.encode(), b"100 ")])
+    assert objective(same, 0, None, {}) == Slo(ttft_s=0.1)
 
 
 @pytest.mark.asyncio
@@ -75,6 +104,9 @@ async def test_bad_header_over_http_and_the_daemon_keeps_serving(
     http, _ = rig
     bad = await http.post("/v1/chat/completions", json=ASK, headers={TPOT_HEADER: "soon"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == TPOT_HEADER
+    twice = await http.post("/v1/chat/completions", json=ASK,
+                            headers=[(TTFT_HEADER, "60000"), (TTFT_HEADER, "100")])
+    assert twice.status_code == 400 and twice.json()["error"]["param"] == TTFT_HEADER
     good = await http.post("/v1/chat/completions", json=ASK, headers={TTFT_HEADER: "60000"})
     assert good.status_code == 200
     assert int(good.headers["x-lengthwise-predicted-ttft-ms"]) >= 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import time
 
@@ -165,6 +166,7 @@ def test_sighup_reload_changes_a_live_parameter_mid_stream(
     original = config.read_text()
     body = {"model": MODEL, "messages": QUESTION, "stream": True, "max_tokens": 120,
             "ignore_eos": True, "stream_options": {"include_usage": True}}
+    live = _config_sha256(smollm2_daemon)
     try:
         with httpx.stream("POST", smollm2_daemon.base_url + "/v1/chat/completions", json=body,
                           timeout=120) as response:
@@ -177,16 +179,28 @@ def test_sighup_reload_changes_a_live_parameter_mid_stream(
         assert "\"completion_tokens\":120" in rest[-2]
         assert "\"finish_reason\":\"length\"" in rest[-3]
         _wait_for_metric(smollm2_daemon, "lengthwise_max_running", 2)
+        reloaded = _config_sha256(smollm2_daemon)  # lengthwise_config_info follows it
+        assert reloaded != live
 
         config.write_text("[scheduler]\nmax_running = 'many'\n")  # bad file: rejected
         smollm2_daemon.signal(signal.SIGHUP)
         time.sleep(1.0)
         assert smollm2_daemon.metric("lengthwise_max_running") == 2
         assert "reload rejected" in smollm2_daemon.log()
+        assert _config_sha256(smollm2_daemon) == reloaded
     finally:
         config.write_text(original)
         smollm2_daemon.signal(signal.SIGHUP)
     _wait_for_metric(smollm2_daemon, "lengthwise_max_running", 4)
+    assert _config_sha256(smollm2_daemon) == live
+
+
+def _config_sha256(daemon: DaemonProcess) -> str:
+    """The live config's fingerprint, as lengthwise_config_info labels it."""
+    text = httpx.get(daemon.base_url + "/metrics", timeout=5).text
+    (sha,) = re.findall(r'^lengthwise_config_info\{.*config_sha256="([0-9a-f]{64})".*\} 1\.0$',
+                        text, re.MULTILINE)
+    return str(sha)
 
 
 def _wait_for_metric(daemon: DaemonProcess, name: str, value: float) -> None:

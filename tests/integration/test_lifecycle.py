@@ -1,10 +1,10 @@
-"""Signals and sd_notify on the real daemon: readiness, watchdog, reload, drain; the drain
-and the start's bind error on both HTTP servers."""
+"""Signals and sd_notify on the real daemon: readiness, watchdog, reload, drain; a taken port
+on both HTTP servers. (The drain on both servers, its limit and the servers' graceful
+timeout: tests/http/test_servers.py, on a daemon those tests share.)"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import queue
 import signal
@@ -19,7 +19,7 @@ import pytest
 
 from daemon import config as config_mod
 from daemon import lifecycle
-from tests.support import DaemonProcess, config_text, free_port, sim_profile
+from tests.support import DaemonProcess, config_text, free_port
 
 pytestmark = pytest.mark.engine
 
@@ -70,13 +70,9 @@ def notify(tmp_path: Path) -> Iterator[NotifySocket]:
     sock.close()
 
 
-def _start(tmp_path: Path, model: Path, notify: NotifySocket, engine_kind: str = "vllm",
-           drain_timeout_s: float = 30.0, http: str = "uvicorn", extra: str = "",
-           server: str = "") -> DaemonProcess:
+def _start(tmp_path: Path, model: Path, notify: NotifySocket) -> DaemonProcess:
     config = tmp_path / "lengthwise.toml"
-    text = config_text(model, free_port(), engine_kind=engine_kind,
-                       drain_timeout_s=drain_timeout_s, http=http, extra=extra)
-    config.write_text(text.replace("[server]\n", "[server]\n" + server, 1))
+    config.write_text(config_text(model, free_port()))
     env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "400000"}
     return DaemonProcess(config, tmp_path / "daemon.log", env)
 
@@ -117,74 +113,16 @@ def test_notify_reload_and_sigterm_drain(tmp_path: Path, tiny_model: Path,
         daemon.stop()
 
 
-def _try_request(daemon: DaemonProcess, model: str = "tiny-llama") -> int | str:
+def _try_request(daemon: DaemonProcess) -> int | str:
     try:
         return httpx.post(daemon.base_url + "/v1/chat/completions", timeout=10,
-                          json={"model": model, "max_tokens": 1,
+                          json={"model": "tiny-llama", "max_tokens": 1,
                                 "messages": [{"role": "user", "content": "hi"}]}).status_code
     except httpx.ConnectError:
         return "connection refused"
 
 
 SERVERS = ["uvicorn", "hypercorn"]
-
-
-@pytest.mark.parametrize("http", SERVERS)
-def test_sigterm_drains_then_stops(http: str, tmp_path: Path, smollm2_model: Path,
-                                   notify: NotifySocket) -> None:
-    """On either HTTP server (simulated engine: fast start): after SIGTERM new requests are
-    refused, a stream that fits the drain limit finishes whole, one longer is cut
-    ('abort', then [DONE]), and a connection still sending its request gets
-    server.graceful_timeout_s before the server closes it; then exit 0."""
-    slow = sim_profile(tmp_path / "slow.json", decode_base_s=0.05)
-    daemon = _start(tmp_path, smollm2_model, notify, engine_kind="sim", drain_timeout_s=DRAIN_S,
-                    http=http, extra=slow + '[predictor]\npath = "none"\n',
-                    server=f"graceful_timeout_s = {GRACE_S}\n")
-    try:
-        daemon.wait_ready(120)
-        body = {**_stream_body(1000), "model": MODEL}
-        with (httpx.stream("POST", daemon.base_url + "/v1/chat/completions", json=body,
-                           timeout=60) as long,
-              httpx.stream("POST", daemon.base_url + "/v1/chat/completions",
-                           json={**body, "max_tokens": 8}, timeout=60) as short,
-              _sending_a_request(daemon.port) as sending):
-            long_lines, short_lines = long.iter_lines(), short.iter_lines()
-            assert next(long_lines).startswith("data: ") and next(short_lines).startswith("data: ")
-            daemon.signal(signal.SIGTERM)
-            notify.read("STOPPING=1")
-            assert _try_request(daemon, MODEL) in (503, "connection refused")
-            finished = [line for line in short_lines if line]
-            cut = [line for line in long_lines if line]
-            cut_at = time.monotonic()
-            closed_after_s = _wait_closed(sending) - cut_at
-        assert finished[-1] == "data: [DONE]" and '"completion_tokens":8' in finished[-2]
-        assert '"finish_reason":"abort"' in cut[-3] and cut[-1] == "data: [DONE]"
-        assert GRACE_S * 0.75 <= closed_after_s < GRACE_S + 10, closed_after_s
-        assert daemon.proc.wait(30) == 0
-        assert "drain timed out; aborting 1 jobs" in daemon.log()
-    finally:
-        daemon.stop()
-
-
-DRAIN_S = 3.0
-GRACE_S = 2.0
-MODEL = "smollm2-135m-instruct"
-
-
-@contextlib.contextmanager
-def _sending_a_request(port: int) -> Iterator[socket.socket]:
-    """A connection whose request is accepted but whose body never comes whole."""
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
-        yield sock
-
-
-def _wait_closed(sock: socket.socket) -> float:
-    """When the server ended the connection (whatever it sent before)."""
-    while sock.recv(65536):
-        pass
-    return time.monotonic()
 
 
 @pytest.mark.parametrize("http", SERVERS)

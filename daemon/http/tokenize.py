@@ -10,9 +10,8 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.http import chat, translate
+from daemon.http import chat, limits, translate
 from daemon.http.auth import authorize
-from daemon.http.errors import ApiError
 from daemon.http.responses import DetokenizeResult, TokenizeResult, Version
 from daemon.http.schemas import DetokenizeRequest, TokenizeRequest
 from daemon.service import Service
@@ -23,22 +22,18 @@ def _json(obj: object) -> Response:
     return Response(msgspec.json.encode(obj), media_type="application/json")
 
 
-async def _read(service: Service, request: Request, kind: type[msgspec.Struct]
-                ) -> msgspec.Struct:
-    limit = service.config.server.max_body_bytes
-    body = await request.body()
-    if len(body) > limit:
-        raise ApiError(413, f"request body exceeds {limit} bytes")
-    req: msgspec.Struct = translate.decode_body(body, kind)
+async def _read(service: Service, bodies: limits.Bodies, request: Request,
+                kind: type[msgspec.Struct]) -> msgspec.Struct:
+    req: msgspec.Struct = await bodies.read(request, kind, service.config.server.max_body_bytes)
     model = getattr(req, "model", None)
     if model is not None and model != service.config.model.name:
         raise translate.unknown_model(model, service.config.model.name)
     return req
 
 
-async def tokenize(service: Service, request: Request) -> Response:
+async def tokenize(service: Service, bodies: limits.Bodies, request: Request) -> Response:
     authorize(service.keys, request, "api")
-    req = await _read(service, request, TokenizeRequest)
+    req = await _read(service, bodies, request, TokenizeRequest)
     assert isinstance(req, TokenizeRequest)
     tok = service.tokenizer
     if req.messages is not None:
@@ -60,9 +55,9 @@ async def tokenize(service: Service, request: Request) -> Response:
     return _json(TokenizeResult(len(ids), service.max_model_len, ids, strs))
 
 
-async def detokenize(service: Service, request: Request) -> Response:
+async def detokenize(service: Service, bodies: limits.Bodies, request: Request) -> Response:
     authorize(service.keys, request, "api")
-    req = await _read(service, request, DetokenizeRequest)
+    req = await _read(service, bodies, request, DetokenizeRequest)
     assert isinstance(req, DetokenizeRequest)
     translate.check_vocab(req.tokens, service.tokenizer.vocab_size, "tokens")
     return _json(DetokenizeResult(await asyncio.to_thread(service.tokenizer.decode,

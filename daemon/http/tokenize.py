@@ -35,33 +35,41 @@ async def tokenize(service: Service, bodies: limits.Bodies, request: Request) ->
     authorize(service.keys, request, "api")
     req = await _read(service, bodies, request, TokenizeRequest)
     assert isinstance(req, TokenizeRequest)
+    # walking the messages, the template and the tokens run in a worker thread: their
+    # number is the client's
+    return _json(await asyncio.to_thread(_tokenized, service, req))
+
+
+def _tokenized(service: Service, req: TokenizeRequest) -> TokenizeResult:
     tok = service.tokenizer
     if req.messages is not None:
         if req.prompt is not None:
             raise translate.bad_request("give either 'prompt' or 'messages'", "prompt")
         template, _ = translate.chat_messages(req)
         try:
-            ids = await asyncio.to_thread(tok.encode_chat, template,
-                                          add_special_tokens=bool(req.add_special_tokens),
-                                          **chat.template_options(req))
+            ids = tok.encode_chat(template, add_special_tokens=bool(req.add_special_tokens),
+                                  **chat.template_options(req))
         except TemplateError as exc:
             raise translate.bad_request(str(exc), "messages") from None
     elif req.prompt is not None:
         add = True if req.add_special_tokens is None else req.add_special_tokens
-        ids = await asyncio.to_thread(tok.encode, req.prompt, add)
+        ids = tok.encode(req.prompt, add)
     else:
         raise translate.bad_request("'prompt' or 'messages' is required", "prompt")
     strs = tok.token_strs(ids) if req.return_token_strs else None
-    return _json(TokenizeResult(len(ids), service.max_model_len, ids, strs))
+    return TokenizeResult(len(ids), service.max_model_len, ids, strs)
 
 
 async def detokenize(service: Service, bodies: limits.Bodies, request: Request) -> Response:
     authorize(service.keys, request, "api")
     req = await _read(service, bodies, request, DetokenizeRequest)
     assert isinstance(req, DetokenizeRequest)
-    translate.check_vocab(req.tokens, service.tokenizer.vocab_size, "tokens")
-    return _json(DetokenizeResult(await asyncio.to_thread(service.tokenizer.decode,
-                                                          req.tokens)))
+    return _json(DetokenizeResult(await asyncio.to_thread(_detokenized, service, req.tokens)))
+
+
+def _detokenized(service: Service, tokens: list[int]) -> str:
+    translate.check_vocab(tokens, service.tokenizer.vocab_size, "tokens")
+    return service.tokenizer.decode(tokens)
 
 
 async def version(service: Service, request: Request) -> Response:

@@ -46,6 +46,7 @@ from daemon.core.waitqueue import WaitQueue
 
 log = logging.getLogger(__name__)
 _MIN_TIMER_S = 0.001  # a policy asking for a round "now" again must not spin the loop
+_EVENTS_PER_TURN = 64  # events handled before the loop serves others
 
 
 class Scheduler:
@@ -139,8 +140,14 @@ class Scheduler:
                             event = await self.inbox.get()
                     except TimeoutError:
                         self._dirty = True
+                handled = 0
                 while event is not None:
                     self.handle(event)
+                    handled += 1
+                    if handled % _EVENTS_PER_TURN == 0:
+                        # one request may bring a thousand jobs: others get the loop between
+                        # batches (events keep their order; the round waits for the last)
+                        await asyncio.sleep(0)
                     event = self.inbox.get_nowait() if not self.inbox.empty() else None
                 if self._dirty:
                     self._dirty = False

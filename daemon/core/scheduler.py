@@ -219,6 +219,10 @@ class Scheduler:
             self.estimates.observe_arrival(job)  # queued before it was predicted
             if job.first_prediction is None:
                 job.first_prediction = event.total_tokens
+            if job.status is JobStatus.RUNNING and job.checkpoint_tokens is None:
+                # launched before its prediction (uncontended): a policy whose checkpoints
+                # need one (alise's demotion, isrtf's windows) gets them from now on
+                job.checkpoint_tokens = self.policy.next_checkpoint(job)
         self._set_prediction(job, event.total_tokens)
 
     def _set_prediction(self, job: Job, tokens: float) -> None:

@@ -46,6 +46,10 @@ def corpus(model: str) -> list[Case]:
              None),
         Case("empty stop string", CHAT, chat(stop=""), 400, "stop"),
         Case("empty stop string in a list", CHAT, chat(stop=["a", ""]), 400, "stop[1]"),
+        # vLLM's request limits (its defaults): a 400 at once, never a 429
+        Case("n far beyond vLLM's limit", CHAT, chat(n=2**40), 400, "n"),
+        Case("more stop strings than vLLM takes", CHAT, chat(stop=["a"] * 5), 400, "stop"),
+        Case("more prompts than vLLM takes", CMPL, cmpl(prompt=["a"] * 1025), 400, "prompt"),
         Case("seed beyond int64", CHAT, chat(seed=2**70), 400, "seed"),
         Case("priority far out of range", CHAT, chat(priority=10**30), 400, "priority"),
         Case("priority below any range", CHAT, chat(priority=-(2**63)), 400, "priority"),

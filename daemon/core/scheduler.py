@@ -46,6 +46,7 @@ from daemon.core.waitqueue import WaitQueue
 
 log = logging.getLogger(__name__)
 _MIN_TIMER_S = 0.001  # a policy asking for a round "now" again must not spin the loop
+_EVENTS_PER_TURN = 64  # events handled before the loop serves others
 
 
 class Scheduler:
@@ -139,8 +140,14 @@ class Scheduler:
                             event = await self.inbox.get()
                     except TimeoutError:
                         self._dirty = True
+                handled = 0
                 while event is not None:
                     self.handle(event)
+                    handled += 1
+                    if handled % _EVENTS_PER_TURN == 0:
+                        # one request may bring a thousand jobs: others get the loop between
+                        # batches (events keep their order; the round waits for the last)
+                        await asyncio.sleep(0)
                     event = self.inbox.get_nowait() if not self.inbox.empty() else None
                 if self._dirty:
                     self._dirty = False
@@ -212,6 +219,10 @@ class Scheduler:
             self.estimates.observe_arrival(job)  # queued before it was predicted
             if job.first_prediction is None:
                 job.first_prediction = event.total_tokens
+            if job.status is JobStatus.RUNNING and job.checkpoint_tokens is None:
+                # launched before its prediction (uncontended): a policy whose checkpoints
+                # need one (alise's demotion, isrtf's windows) gets them from now on
+                job.checkpoint_tokens = self.policy.next_checkpoint(job)
         self._set_prediction(job, event.total_tokens)
 
     def _set_prediction(self, job: Job, tokens: float) -> None:

@@ -106,14 +106,16 @@ class Messages:
         authorize(self.service.keys, request, "api")
         req = await self.routes._read(request, AnthropicCountTokensRequest)
         chat_req = await self._chat(req)
-        count = await asyncio.to_thread(_count, self.service, chat_req)
+        async with self.routes._preparing:  # as the chat route's preparation (GIL)
+            count = await asyncio.to_thread(_count, self.service, chat_req)
         body = AnthropicCountTokensResponse(count, AnthropicContextManagement(count))
         return Response(msgspec.json.encode(body), media_type="application/json")
 
     async def _chat(self, req: AnthropicPrompt) -> ChatCompletionRequest:
         """The chat request `req` means, made off the event loop (it walks the request)."""
         self.routes._check_model(req.model)
-        return await asyncio.to_thread(self._convert, req)
+        async with self.routes._preparing:  # as the chat route's preparation (GIL)
+            return await asyncio.to_thread(self._convert, req)
 
     def _convert(self, req: AnthropicPrompt) -> ChatCompletionRequest:
         if self._template is None:  # once: the template does not change while serving

@@ -88,8 +88,10 @@ def build_app(service: Service) -> Starlette:
             Route("/v1/completions/render", partial(prompt_render.render_completions, routes),
                   methods=["POST"]),
             Route("/v1/models", routes.models, methods=["GET"]),
-            Route("/tokenize", partial(tokenize.tokenize, service), methods=["POST"]),
-            Route("/detokenize", partial(tokenize.detokenize, service), methods=["POST"]),
+            Route("/tokenize", partial(tokenize.tokenize, service, routes.bodies),
+                  methods=["POST"]),
+            Route("/detokenize", partial(tokenize.detokenize, service, routes.bodies),
+                  methods=["POST"]),
             Route("/version", partial(tokenize.version, service), methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
             # vLLM's and SageMaker's liveness path: /health's answer, GET or POST

@@ -11,7 +11,6 @@ are not there: lengthwise has no such endpoint to hand the body to."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
@@ -130,7 +129,7 @@ async def render_chat(routes: Routes, request: Request) -> Response:
     req: ChatCompletionRequest = await routes._read(request, ChatCompletionRequest)
     routes._check_model(req.model)
     limits.check_sampling(req, svc.request_limits, svc.config.scheduler.max_waiting)
-    prepared = await asyncio.to_thread(prepare.chat_request, svc, req)
+    prepared = await routes._prepare(prepare.chat_request, req)
     body = _rendered(req, f"chatcmpl-{_base_id(req)}", prepared.prompts[0],
                      prepared.specs[0], svc.config.model.name)
     return Response(msgspec.json.encode(body), media_type="application/json")
@@ -144,7 +143,7 @@ async def render_completions(routes: Routes, request: Request) -> Response:
     translate.check_request(req, bool(req.stream))
     limits.check_sampling(req, svc.request_limits, svc.config.scheduler.max_waiting,
                           limits.num_prompts(req, svc.request_limits))
-    prepared = await asyncio.to_thread(prepare.completion_request, svc, req)
+    prepared = await routes._prepare(prepare.completion_request, req)
     base = f"cmpl-{_base_id(req)}"
     body = [_rendered(req, base if len(prepared.prompts) == 1 else f"{base}-{i}", p, spec,
                       svc.config.model.name)

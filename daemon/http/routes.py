@@ -25,7 +25,7 @@ from daemon.http import logprobs as lp
 from daemon.http.auth import authorize
 from daemon.http.errors import ApiError
 from daemon.http.prepare import Prepared
-from daemon.http.render import Answer, Choice, Options
+from daemon.http.render import Answer, Choice, Options, Prompt
 from daemon.http.responses import (
     ChatCompletion,
     Completion,
@@ -36,8 +36,9 @@ from daemon.http.schemas import ChatCompletionRequest, CompletionRequest, Sampli
 from daemon.service import Service
 
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-_ADMIT_CHUNK = 64  # jobs made and submitted per turn of the event loop
+_ADMIT_CHUNK = 64  # jobs made, or submitted, per turn of the event loop
 _RENDER_ON_LOOP = 16  # whole answers of more choices are built off the loop
+_PREPARING = 2  # requests prepared (tokenized, checked) at once, each in a worker thread
 
 
 def _json(obj: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -57,12 +58,14 @@ async def _whole(body: Callable[[], object], num_choices: int, headers: dict[str
 class Routes:
     def __init__(self, service: Service) -> None:
         self.service = service
+        self.bodies = limits.Bodies()
+        self._preparing = asyncio.Semaphore(_PREPARING)
+        self._admitting = asyncio.Lock()  # one request's jobs submitted at a time (_admit)
 
     # ---- admission ----------------------------------------------------------------------
 
     async def _read(self, request: Request, kind: type[msgspec.Struct]) -> Any:
-        body = await limits.read_body(request, self.service.config.server.max_body_bytes)
-        return translate.decode_body(body, kind)
+        return await self.bodies.read(request, kind, self.service.config.server.max_body_bytes)
 
     def _check_model(self, name: str | None) -> None:
         served = self.service.config.model.name
@@ -105,33 +108,47 @@ class Routes:
             raise slo.refused(SloUnreachable(refusal))
         return objective
 
+    async def _prepare(self, build: Callable[[Service, Any], Prepared], req: SamplingFields
+                       ) -> Prepared:
+        """`build` (prepare.py) in a worker thread, at most _PREPARING at once: it is mostly
+        Python, and each thread more that wants the GIL delays the event loop's next turn
+        by up to a switch interval (5 ms); what the tokenizer runs outside it is short."""
+        async with self._preparing:
+            return await asyncio.to_thread(build, self.service, req)
+
     async def _admit(self, req: SamplingFields, prepared: Prepared, prefix: str,
                      objective: Slo | None) -> Answer:
-        """Jobs for every prompt x n choices, all or none (`objective`: _objective's). They
-        are made and submitted a chunk at a time, the loop serving others in between: how
-        many there are is the client's choice (limits.check_sequences bounds it)."""
+        """Jobs for every prompt x n choices, all or none (`objective`: _objective's). How
+        many is the client's choice (limits.check_sequences bounds it): they are made and
+        submitted a chunk at a time, the loop serving others in between; one request
+        submits at a time, so that requests arriving together do not take each other's
+        room half-way and all fail."""
         svc = self.service
-        self._check_ready()
         n = req.n or 1
+        jobs: list[tuple[Prompt, Job]] = []
+        for index in range(len(prepared.prompts) * n):
+            if index and index % _ADMIT_CHUNK == 0:
+                await asyncio.sleep(0)
+            p, spec = prepared.prompts[index // n], prepared.specs[index // n]
+            if index % n and spec.seed is not None:
+                # n samples of one prompt: seed + k each, as vLLM's parallel sampling
+                spec = msgspec.structs.replace(spec, seed=spec.seed + index % n)
+            jobs.append((p, svc.new_job(p.ids, spec, req.priority, prefix, p.messages,
+                                        objective)))
         choices: list[Choice] = []
-        first: Job | None = None
-        try:
-            for index in range(len(prepared.prompts) * n):
-                if index and index % _ADMIT_CHUNK == 0:
-                    await asyncio.sleep(0)
-                p, spec = prepared.prompts[index // n], prepared.specs[index // n]
-                if index % n and spec.seed is not None:
-                    # n samples of one prompt: seed + k each, as vLLM's parallel sampling
-                    spec = msgspec.structs.replace(spec, seed=spec.seed + index % n)
-                job = svc.new_job(p.ids, spec, req.priority, prefix, p.messages, objective)
-                first = first or job
-                choices.append(Choice(index, job.job_id, svc.submit(job), p.ids, p.text))
-        except (NotAccepting, QueueFull, SloUnreachable) as exc:
-            self._cancel(choices)
-            raise self._refusal(exc, req.priority) from None
-        except BaseException:  # the client left between two chunks
-            self._cancel(choices)
-            raise
+        async with self._admitting:
+            self._check_ready()
+            try:
+                for index, (p, job) in enumerate(jobs):
+                    if index and index % _ADMIT_CHUNK == 0:
+                        await asyncio.sleep(0)
+                    choices.append(Choice(index, job.job_id, svc.submit(job), p.ids, p.text))
+            except (NotAccepting, QueueFull, SloUnreachable) as exc:
+                self._cancel(choices)
+                raise self._refusal(exc, req.priority) from None
+            except BaseException:  # the client left between two chunks
+                self._cancel(choices)
+                raise
         try:  # the headers carry the prediction, which the core asks for at once
             predicted = await choices[0].stream.prediction()
         except BaseException:  # the client left meanwhile
@@ -139,8 +156,7 @@ class Routes:
             raise
         answer_id = f"{prefix}-{req.request_id}" if req.request_id else choices[0].job_id
         answer = Answer(answer_id, choices, predicted)
-        assert first is not None  # a request has a prompt
-        answer.headers.update(slo.latency_headers(svc.scheduler.forecast.latency(first)))
+        answer.headers.update(slo.latency_headers(svc.scheduler.forecast.latency(jobs[0][1])))
         return answer
 
     def _cancel(self, choices: list[Choice]) -> None:
@@ -243,7 +259,7 @@ class Routes:
         limits.check_sampling(req, svc.request_limits, svc.config.scheduler.max_waiting)
         objective = self._objective(req, key, request)
         self._check_ready()
-        prepared = await asyncio.to_thread(prepare.chat_request, svc, req)
+        prepared = await self._prepare(prepare.chat_request, req)
         return await self._admit(req, prepared, "chatcmpl", objective), prepared
 
     async def completions(self, request: Request) -> Response:
@@ -256,7 +272,7 @@ class Routes:
                               limits.num_prompts(req, svc.request_limits))
         objective = self._objective(req, key, request)
         self._check_ready()
-        prepared = await asyncio.to_thread(prepare.completion_request, svc, req)
+        prepared = await self._prepare(prepare.completion_request, req)
         answer = await self._admit(req, prepared, "cmpl", objective)
         opts = self._options(req, prepared.top, bool(req.echo))
         if req.stream:

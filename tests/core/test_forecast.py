@@ -200,3 +200,23 @@ async def test_a_ratio_from_a_bad_spell_refuses_no_job_that_would_start_now() ->
     forecast.now = lambda: now + ERROR_HORIZON_S + 31  # a quiet spell: nothing accepted
     assert forecast.refusal(_job("n", 5, forecast.now(), slo=Slo(ttft_s=5.0))) is None
     assert forecast.margin() == COLD_RATIO  # lapsed: back to the prior
+
+
+@pytest.mark.asyncio
+async def test_a_tpot_objective_is_judged_on_the_batch_it_would_join_not_a_full_one() -> None:
+    """A step of a full batch (8 here) would break a 30 ms TPOT objective, but on an idle
+    engine the job decodes alone: it is accepted; beside a full lane it is refused."""
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    cost = CostModel(prefill_base_s=0.0, prefill_per_token_s=0.0, decode_base_s=0.02,
+                     decode_per_seq_s=0.005, decode_per_context_token_s=0.0)
+    core = Scheduler([Lane("e0", asyncio.Queue(), 8)], FCFS(cost=cost),  # type: ignore[arg-type]
+                     SchedulerConfig(max_running=8, learn_clock=False), inbox)
+    core.accepting = True
+    now = core.now()
+    assert core.policy.batch_hint == 8  # a full batch's step: 60 ms
+    alone = _job("alone", 10, now, slo=Slo(tpot_s=0.03))  # alone: 25 ms
+    assert core.forecast.refusal(alone) is None
+    for k in range(8):
+        core.lanes[0].running[f"r{k}"] = _job(f"r{k}", 10, now)
+    refusal = core.forecast.refusal(_job("crowded", 10, now, slo=Slo(tpot_s=0.03)))
+    assert refusal is not None and refusal.reason == "tpot"

@@ -145,9 +145,9 @@ async def test_a_refusal_does_not_wait_for_the_prompt_to_be_tokenized(
     waits its turn under load); one that can is tokenized and admitted as usual."""
     http, service = rig
     encoded: list[int] = []
-    encode_chat = service.tokenizer.encode_chat
-    monkeypatch.setattr(service.tokenizer, "encode_chat",
-                        lambda *a, **k: encoded.append(1) or encode_chat(*a, **k))
+    render_chat = service.tokenizer.render_chat  # the chat prompt's first step
+    monkeypatch.setattr(service.tokenizer, "render_chat",
+                        lambda *a, **k: encoded.append(1) or render_chat(*a, **k))
     await _occupy(service, count=2)
     refused = await http.post("/v1/chat/completions", json=ASK, headers={TTFT_HEADER: "50"})
     assert refused.status_code == 429 and encoded == []

@@ -98,7 +98,9 @@ def document(model_name: str, limits: LimitsConfig) -> dict[str, Any]:
          Version, ResponsesRequest, ResponseObject], ref_template=_REF)
     for name in ("ChatCompletionRequest", "CompletionRequest", "ResponsesRequest"):
         fields = components[name]["properties"]
-        fields["model"] = {"type": "string", "enum": [model_name]}
+        # vLLM's model is optional (null or left out: the served model).
+        fields["model"] = {"anyOf": [{"type": "string", "enum": [model_name]}, {"type": "null"}],
+                           "default": None}
         fields["priority"] = {"type": "integer", "default": 0, "minimum": limits.priority_min,
                               "maximum": limits.priority_max}
     for schema in components.values():  # unknown request fields are refused

@@ -112,7 +112,9 @@ def document(model_name: str, limits: LimitsConfig) -> dict[str, Any]:
     for name in ("ChatCompletionRequest", "CompletionRequest", "ResponsesRequest",
                  "AnthropicMessagesRequest"):
         fields = components[name]["properties"]
-        fields["model"] = {"type": "string", "enum": [model_name]}
+        # vLLM's model is optional (null or left out: the served model).
+        fields["model"] = {"anyOf": [{"type": "string", "enum": [model_name]}, {"type": "null"}],
+                           "default": None}
         fields["priority"] = {"type": "integer", "default": 0, "minimum": limits.priority_min,
                               "maximum": limits.priority_max}
     components["AnthropicCountTokensRequest"]["properties"]["model"] = {

@@ -26,7 +26,8 @@ def test_train_predict_and_eval(small_train, tmp_path, capsys) -> None:
     inp = PredictInput.from_record(record)
     total = predictor.predict([inp])[0]
     remaining = predictor.predict_remaining([(inp, ""), (inp, record.response[:300])])
-    assert remaining[0] == total and all(r >= 1.0 for r in remaining)
+    # one input alone or in a batch of two: the same answer up to float summation order
+    assert remaining[0] == pytest.approx(total, rel=1e-4) and all(r >= 1.0 for r in remaining)
     capsys.readouterr()
     assert main(["eval", "--model", str(out), "--data", str(small_train), "--json",
                  "--limit", "40"]) == 0

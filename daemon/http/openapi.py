@@ -112,9 +112,11 @@ def document(model_name: str, limits: LimitsConfig) -> dict[str, Any]:
     for name in ("ChatCompletionRequest", "CompletionRequest", "ResponsesRequest",
                  "AnthropicMessagesRequest"):
         fields = components[name]["properties"]
-        # vLLM's model is optional (null or left out: the served model).
-        fields["model"] = {"anyOf": [{"type": "string", "enum": [model_name]}, {"type": "null"}],
-                           "default": None}
+        served = {"type": "string", "enum": [model_name]}
+        # vLLM's OpenAI models are optional (null or left out: the served model); Anthropic's
+        # is required, as in vLLM's AnthropicMessagesRequest.
+        fields["model"] = served if name.startswith("Anthropic") else {
+            "anyOf": [served, {"type": "null"}], "default": None}
         fields["priority"] = {"type": "integer", "default": 0, "minimum": limits.priority_min,
                               "maximum": limits.priority_max}
     components["AnthropicCountTokensRequest"]["properties"]["model"] = {

@@ -37,6 +37,13 @@ _ERRORS = {
 }
 
 
+# One server-sent event as the HTML standard defines it: `data` is the JSON chunk, `event` the
+# event's type where the API names one (responses, messages).
+_SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
+    "data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"},
+    "retry": {"type": "integer"}}}
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF.format(name=name)}
 
@@ -44,7 +51,8 @@ def _ref(name: str) -> dict[str, str]:
 def _responses(ok: str, stream: bool) -> dict[str, Any]:
     content: dict[str, Any] = {"application/json": {"schema": _ref(ok)}}
     if stream:  # "stream": true answers with server-sent events
-        content["text/event-stream"] = {"schema": {"type": "string"}}
+        # The schema of one event (OpenAPI 3.1 has no itemSchema; tools read `schema` so).
+        content["text/event-stream"] = {"schema": _SSE_EVENT}
     out: dict[str, Any] = {"200": {"description": "OK", "content": content}}
     for code, text in _ERRORS.items():
         out[code] = {"description": text,

@@ -82,7 +82,7 @@ def _stored(method: str) -> dict[str, Any]:
     """GET /v1/responses/{id} and its cancel: the stored response, or 404 / 400."""
     ok: dict[str, Any] = {"application/json": {"schema": _ref("ResponseObject")}}
     if method == "get":  # ?stream=true replays a background stream's events
-        ok["text/event-stream"] = {"schema": {"type": "string"}}
+        ok["text/event-stream"] = {"schema": _SSE_EVENT}
     error = {"application/json": {"schema": _ref("ErrorBody")}}
     params = [{"name": "response_id", "in": "path", "required": True,
                "schema": {"type": "string"}}]

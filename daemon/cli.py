@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from daemon.config import Config
 
 _HELP = """\
 commands:
@@ -55,6 +60,14 @@ def _serve(argv: list[str]) -> int:
     return run(args.config)
 
 
+def _forks_engines(config: Config) -> bool:
+    """Whether an engine of this config forks from the warm forkserver (enginefork): a vLLM
+    engine on a CPU device, with start_method "forkserver"."""
+    engine = config.engine
+    return engine.kind == "vllm" and engine.start_method == "forkserver" and \
+        any(device.startswith("cpu") for device in engine.devices)
+
+
 def _preflight(config_path: Path, check: bool) -> int | None:
     """The config, then the host: an exit code, or None to go on serving."""
     from daemon import preflight
@@ -76,6 +89,12 @@ def _preflight(config_path: Path, check: bool) -> int | None:
     if check:
         print(f"{config_path}: ok")
         return 0
+    if _forks_engines(config):
+        from daemon.executors import enginefork
+
+        # Read by huggingface_hub when the forkserver imports it (lifecycle.run says why).
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        enginefork.start_now()  # its imports run beside the daemon's
     return None
 
 

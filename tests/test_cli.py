@@ -87,3 +87,20 @@ def test_bench_commands_say_how_to_install_bench_when_it_is_absent(
     for command in ("bench", "profile", "sim", "chaos"):
         assert main([command, "run"]) == 3
         assert "pip install -e ./bench" in capsys.readouterr().err
+
+
+def test_serve_starts_the_forkserver_only_for_engines_that_fork_from_it() -> None:
+    """`lengthwise serve` starts the engines' forkserver before the daemon's own imports (so
+    that both import torch and vLLM at once): for vLLM on CPU with start_method forkserver,
+    and for nothing else."""
+    from daemon.cli import _forks_engines
+    from daemon.config import Config, EngineConfig
+
+    def config(**engine: object) -> Config:
+        return Config(engine=EngineConfig(**engine))  # type: ignore[arg-type]
+
+    assert _forks_engines(config())
+    assert _forks_engines(config(devices=["cpu:0", "cpu:1"]))
+    assert not _forks_engines(config(kind="sim"))
+    assert not _forks_engines(config(start_method="spawn"))
+    assert not _forks_engines(config(devices=["cuda:0"]))

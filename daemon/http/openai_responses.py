@@ -290,16 +290,17 @@ class ResponsesApi:
 
     async def retrieve(self, request: Request) -> Response:
         response_id, entry, response = self._stored(request)
+        # Both parameters are checked whether or not they are used, as vLLM's route does.
         stream = request.query_params.get("stream", "false").lower()
         if stream not in ("true", "false", "1", "0"):
             raise bad_request("'stream' must be true or false", "stream")
-        if stream in ("false", "0"):
-            return _json(response)
         after = request.query_params.get("starting_after")
         try:
             start = 0 if after is None else int(after) + 1
         except ValueError:
             raise bad_request("'starting_after' must be an integer", "starting_after") from None
+        if stream in ("false", "0"):
+            return _json(response)
         if entry.events is None:  # vLLM keeps events of background streams only
             raise bad_request(f"Unknown response_id: {response_id}", "response_id")
         return StreamingResponse(self._replay(entry, max(start, 0)),

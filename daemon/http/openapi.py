@@ -45,6 +45,13 @@ _ERRORS = {
 }
 
 
+# One server-sent event as the HTML standard defines it: `data` is the JSON chunk, `event` the
+# event's type where the API names one (responses, messages).
+_SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
+    "data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"},
+    "retry": {"type": "integer"}}}
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF.format(name=name)}
 
@@ -52,7 +59,8 @@ def _ref(name: str) -> dict[str, str]:
 def _responses(ok: dict[str, Any], stream: bool, error: str) -> dict[str, Any]:
     content: dict[str, Any] = {"application/json": {"schema": ok}}
     if stream:  # "stream": true answers with server-sent events
-        content["text/event-stream"] = {"schema": {"type": "string"}}
+        # The schema of one event (OpenAPI 3.1 has no itemSchema; tools read `schema` so).
+        content["text/event-stream"] = {"schema": _SSE_EVENT}
     out: dict[str, Any] = {"200": {"description": "OK", "content": content}}
     for code, text in _ERRORS.items():
         out[code] = {"description": text,
@@ -85,7 +93,7 @@ def _stored(method: str) -> dict[str, Any]:
     """GET /v1/responses/{id} and its cancel: the stored response, or 404 / 400."""
     ok: dict[str, Any] = {"application/json": {"schema": _ref("ResponseObject")}}
     if method == "get":  # ?stream=true replays a background stream's events
-        ok["text/event-stream"] = {"schema": {"type": "string"}}
+        ok["text/event-stream"] = {"schema": _SSE_EVENT}
     error = {"application/json": {"schema": _ref("ErrorBody")}}
     params = [{"name": "response_id", "in": "path", "required": True,
                "schema": {"type": "string"}}]

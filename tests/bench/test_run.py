@@ -63,20 +63,9 @@ def test_bench_run_against_sim_daemon(sim_daemon: DaemonProcess, tmp_path: Path,
 
 
 @pytest.mark.engine
-def test_bench_run_against_tiny_vllm_daemon(tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
-    daemon = _daemon(tmp_path, "vllm")
-    try:
-        out = _bench(daemon, tmp_path, capsys)
-    finally:
-        assert daemon.stop() == 0, daemon.log()
-    assert out["n_completed"] == 12 and out["throughput_tps"] > 0
-
-
-@pytest.mark.engine
 def test_bench_compare_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`bench compare --repeats 2` starts the system on the real engine twice, drives it,
-    stops it, and writes every run, the medians with min-max, the table and the plots, with
+    """`bench compare --repeats 2` starts the system on the real engine twice, drives it
+    (bench run's driver, as against the sim daemon above), stops it, and writes every run, the medians with min-max, the table and the plots, with
     who used the CPU during each run."""
     import msgspec
 
@@ -92,6 +81,7 @@ def test_bench_compare_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
         ("lengthwise:fcfs", 20.0, 0), ("lengthwise:fcfs", 20.0, 1)]
     for run in results.runs:
         assert run.summary.n_completed == 6 and run.summary.n_failed == 0
+        assert run.summary.throughput_tps > 0
         assert run.cpu is not None and run.cpu.server_cores > 0
         # the clock learned over the run, and at its end (bench/learned.py)
         assert Path(run.learned_profile).is_file()

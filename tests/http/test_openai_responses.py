@@ -147,6 +147,9 @@ async def test_store_retrieve_and_previous_response_id(
              ).json()
     got = await http.get(f"/v1/responses/{first['id']}")
     assert got.status_code == 200 and got.json() == first
+    # a malformed query parameter is a 400 even where it would not be used (as vLLM's route)
+    bad = await http.get(f"/v1/responses/{first['id']}", params={"starting_after": "x"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "starting_after"
     second = (await http.post("/v1/responses", json={
         **SHORT, "previous_response_id": first["id"]})).json()
     assert second["previous_response_id"] == first["id"]

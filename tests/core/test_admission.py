@@ -19,6 +19,7 @@ from daemon.core.scheduler import Scheduler
 from daemon.core.stream import OutputStream
 from policies.fcfs import FCFS
 from policies.ssjf import SSJF
+from tests.core.fakes import AskedPredictor
 
 
 class Core:
@@ -304,16 +305,6 @@ def test_no_round_leaves_a_job_that_fits_now_waiting_without_a_counted_reason(
     asyncio.run(scenario())
 
 
-class _Asked:
-    """A first-length predictor that only records who asked (the test answers)."""
-
-    def __init__(self) -> None:
-        self.jobs: list[Job] = []
-
-    def request(self, job: Job) -> None:
-        self.jobs.append(job)
-
-
 @pytest.mark.asyncio
 async def test_an_uncontended_job_starts_before_its_prediction_a_contended_one_waits() -> None:
     """ssjf orders by prediction, but a job with nothing to be ordered against (an idle
@@ -321,7 +312,7 @@ async def test_an_uncontended_job_starts_before_its_prediction_a_contended_one_w
     compete for the lane, a new one is held for its prediction as before."""
     inbox: asyncio.Queue[Event] = asyncio.Queue()
     commands: asyncio.Queue[object] = asyncio.Queue()
-    asked = _Asked()
+    asked = AskedPredictor()
     core = Scheduler([Lane("e0", commands, 1)], SSJF(), SchedulerConfig(max_running=1),  # type: ignore[arg-type]
                      inbox, predictor=asked)
     core.accepting = True

@@ -21,6 +21,7 @@ from daemon.core.scheduler import Scheduler
 from daemon.core.stream import OutputStream
 from policies.fcfs import FCFS
 from policies.ssjf import SSJF
+from tests.core.fakes import AskedPredictor
 
 # A small GPU-like engine (0.5 ms decode steps) behind a prior that thinks 8 ms (the
 # generic cost model): every estimate is ~10x off until the clock learns.
@@ -221,22 +222,12 @@ def test_the_pooled_clock_is_the_mean_of_the_fitted_lanes() -> None:
     assert clockmod.pooled([fresh], TRUTH) == TRUTH  # none fitted: the prior
 
 
-class _Asked:
-    """A first-length predictor that only records who asked (the test answers)."""
-
-    def __init__(self) -> None:
-        self.jobs: list[Job] = []
-
-    def request(self, job: Job) -> None:
-        self.jobs.append(job)
-
-
 @pytest.mark.asyncio
 async def test_fcfs_jobs_count_in_the_typical_service_by_their_prediction_not_budget() -> None:
     """fcfs queues a job before its prediction: its 4000-token budget must not make the
     typical service (aging's unit, Retry-After) 80x what its 50-token answer takes."""
     inbox: asyncio.Queue[Event] = asyncio.Queue()
-    asked = _Asked()
+    asked = AskedPredictor()
     core = Scheduler([Lane("e0", asyncio.Queue(), 1)], FCFS(), SchedulerConfig(max_running=1),
                      inbox, predictor=asked)
     core.accepting = True

@@ -5,7 +5,11 @@ dispatch's Stopped report handed to the test."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
 
+from daemon.config import Config, EngineConfig, ModelConfig
 from daemon.core.events import Event, Launch, Started, Stop, Stopped, Tokens
 from daemon.core.job import Job, StopRequest
 from daemon.core.stream import OutputStream
@@ -87,3 +91,24 @@ class Driver:
                 self.started.append(event)
             elif isinstance(event, Stopped):
                 self.stops.put_nowait(event)
+
+
+@contextlib.asynccontextmanager
+async def float32_engine(model: Path) -> AsyncIterator[Driver]:
+    """A real vLLM executor on `model`, driven. float32: a resumed job's tokens are
+    re-prefilled, and bf16's prefill and decode kernels round differently, so a near-tie in
+    greedy argmax could flip (see docs)."""
+    from daemon.executors.vllm import VLLMExecutor  # imports vLLM: only engine tests pay
+
+    config = Config(model=ModelConfig(path=str(model), max_model_len=1024),
+                    engine=EngineConfig(max_num_seqs=4, vllm_args={"dtype": "float32"}))
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    executor = VLLMExecutor("cpu-0", "cpu", config, inbox)
+    await executor.start()
+    driver = Driver(executor, inbox)
+    driver.start()
+    try:
+        yield driver
+    finally:
+        await driver.close()
+        await executor.shutdown()

@@ -9,31 +9,19 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from daemon.config import Config, EngineConfig, ModelConfig
-from daemon.core.events import Event, Stopped
+from daemon.core.events import Stopped
 from daemon.core.job import Job, SamplingSpec, StopRequest
 from daemon.core.stream import OutputStream
-from daemon.executors.vllm import VLLMExecutor
 from daemon.tokenizer import Tokenizer
-from tests.executors.driver import Driver
+from tests.executors.driver import Driver, float32_engine
 
 pytestmark = pytest.mark.engine
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def engine(smollm2_model: Path) -> AsyncIterator[tuple[Driver, Tokenizer]]:
-    # float32: bf16 prefill and decode kernels round differently, so a resumed job (its
-    # generated tokens re-prefilled) can flip a near-tie in greedy argmax; see docs.
-    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=1024),
-                    engine=EngineConfig(max_num_seqs=4, vllm_args={"dtype": "float32"}))
-    inbox: asyncio.Queue[Event] = asyncio.Queue()
-    executor = VLLMExecutor("cpu-0", "cpu", config, inbox)
-    await executor.start()
-    driver = Driver(executor, inbox)
-    driver.start()
-    yield driver, Tokenizer(str(smollm2_model))
-    await driver.close()
-    await executor.shutdown()
+    async with float32_engine(smollm2_model) as driver:
+        yield driver, Tokenizer(str(smollm2_model))
 
 
 def _job(tokenizer: Tokenizer, job_id: str, max_tokens: int = 64) -> Job:

@@ -14,12 +14,12 @@ block with what it wrote; whole, vLLM's 400."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+
+from tests.integration import preempt
 
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -153,24 +153,14 @@ def long_reference(base_url: str) -> dict[str, Any]:
 def preempted(base_url: str) -> dict[str, Any]:
     """LONG, with a short request sent once PREEMPT_AFTER of its events are out (alise
     preempts LONG for it)."""
-    started = threading.Event()
 
-    def lines(source: Iterator[str]) -> Iterator[str]:
-        for k, line in enumerate(source):
-            if k >= 3 * PREEMPT_AFTER:  # event, data and a blank line per event
-                started.set()
-            yield line
-
-    def long() -> dict[str, Any]:
+    def long(client: httpx.Client, tick: preempt.Tick) -> dict[str, Any]:
         path, body = LONG
-        with httpx.Client(base_url=base_url, timeout=120) as client, \
-                client.stream("POST", path, json={"model": "tiny-llama", **body}) as response:
+        with client.stream("POST", path, json={"model": "tiny-llama", **body}) as response:
             assert response.status_code == 200, response.read()
-            return merge(lines(response.iter_lines()))
+            return merge(preempt.ticking(response.iter_lines(), tick))
 
-    with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=base_url, timeout=120) as client:
-        answer = pool.submit(long)
-        assert started.wait(120)
-        call(client, "/v1/messages", {"max_tokens": 2, "messages": [
-            {"role": "user", "content": "Hi"}]})
-        return answer.result(timeout=120)
+    # event, data and a blank line per event
+    return preempt.while_streaming(base_url, long, 3 * PREEMPT_AFTER, lambda client: call(
+        client, "/v1/messages", {"max_tokens": 2, "messages": [
+            {"role": "user", "content": "Hi"}]}))

@@ -8,12 +8,12 @@ typed events, runs of deltas collapsed, and its final response)."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+
+from tests.integration import preempt
 
 ASK = "Once upon a time"
 BASE = {"model": "tiny-llama", "temperature": 0.0, "max_output_tokens": 10,
@@ -119,21 +119,7 @@ def long_reference(base_url: str) -> dict[str, Any]:
 
 
 def preempted(base_url: str) -> dict[str, Any]:
-    """LONG, with a short request sent once it is under way."""
-    started = threading.Event()
-    seen = [0]
-
-    def count() -> None:
-        seen[0] += 1
-        if seen[0] >= PREEMPT_AFTER:
-            started.set()
-
-    def long() -> dict[str, Any]:
-        with httpx.Client(base_url=base_url, timeout=120) as client:
-            return call(client, LONG, count)
-
-    with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=base_url, timeout=120) as client:
-        answer = pool.submit(long)
-        assert started.wait(120)
-        call(client, {**BASE, "input": "Hi", "max_output_tokens": 2})
-        return answer.result(timeout=120)
+    """LONG, with a short request sent once PREEMPT_AFTER of its events are out."""
+    return preempt.while_streaming(
+        base_url, lambda client, tick: call(client, LONG, tick), PREEMPT_AFTER,
+        lambda client: call(client, {**BASE, "input": "Hi", "max_output_tokens": 2}))

@@ -20,9 +20,7 @@ lost or repeated token, a flipped argmax or a logprob off by more than rounding 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,7 @@ import msgspec
 import pytest
 
 from bench.servers import Server, Settings, parse_system
-from tests.integration import messages_cases, responses_cases
+from tests.integration import messages_cases, preempt, responses_cases
 from tests.support import BENCH_KNOBS, ROOT, running_daemon
 
 pytestmark = pytest.mark.engine
@@ -194,26 +192,16 @@ def _stop_id(base_url: str) -> int:
 
 def _preempted(base_url: str) -> dict[str, Any]:
     """LONG, with a short request sent once it is under way (alise preempts LONG for it)."""
-    started = threading.Event()
 
-    def lines(source: Iterator[str]) -> Iterator[str]:
-        for k, line in enumerate(source):
-            if k >= 2 * PREEMPT_AFTER:  # a data line and a blank one per chunk
-                started.set()
-            yield line
-
-    def long() -> dict[str, Any]:
+    def long(client: httpx.Client, tick: preempt.Tick) -> dict[str, Any]:
         path, body = LONG
-        with httpx.Client(base_url=base_url, timeout=120) as client, \
-                client.stream("POST", path, json={"model": "tiny-llama", **body}) as response:
+        with client.stream("POST", path, json={"model": "tiny-llama", **body}) as response:
             assert response.status_code == 200, response.read()
-            return _merge_stream(lines(response.iter_lines()))
+            return _merge_stream(preempt.ticking(response.iter_lines(), tick))
 
-    with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=base_url, timeout=120) as client:
-        answer = pool.submit(long)
-        assert started.wait(120)
-        _call(client, "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
-        return answer.result(timeout=120)
+    # a data line and a blank one per chunk
+    return preempt.while_streaming(base_url, long, 2 * PREEMPT_AFTER, lambda client: _call(
+        client, "/v1/completions", {"prompt": "Hi", "max_tokens": 2}))
 
 
 # Other APIs' requests in the same runs: each module's run_all, long_reference, preempted.

@@ -5,19 +5,15 @@ the same place with the same text, and logprobs neither get lost nor repeat acro
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
-from daemon.config import Config, EngineConfig, ModelConfig
-from daemon.core.events import Event
 from daemon.core.job import Job, SamplingSpec, StopRequest
-from daemon.executors.vllm import VLLMExecutor
 from daemon.tokenizer import Tokenizer
-from tests.executors.driver import Driver
+from tests.executors.driver import Driver, float32_engine
 from tests.support import read_to_end
 
 pytestmark = pytest.mark.engine
@@ -28,19 +24,10 @@ PENALTIES = {"presence_penalty": 0.8, "frequency_penalty": 0.6}
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def engine(smollm2_model: Path) -> AsyncIterator[Engine]:
-    # float32: a resumed job's tokens are re-prefilled; bf16 could flip greedy near-ties.
-    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=1024),
-                    engine=EngineConfig(max_num_seqs=4, vllm_args={"dtype": "float32"}))
-    inbox: asyncio.Queue[Event] = asyncio.Queue()
-    executor = VLLMExecutor("cpu-0", "cpu", config, inbox)
-    await executor.start()
-    driver = Driver(executor, inbox)
-    driver.start()
-    prompt = Tokenizer(str(smollm2_model)).encode_chat(
-        [{"role": "user", "content": "List ten fruits and say one thing about each."}])
-    yield driver, prompt
-    await driver.close()
-    await executor.shutdown()
+    async with float32_engine(smollm2_model) as driver:
+        prompt = Tokenizer(str(smollm2_model)).encode_chat(
+            [{"role": "user", "content": "List ten fruits and say one thing about each."}])
+        yield driver, prompt
 
 
 def _job(prompt: list[int], job_id: str, max_tokens: int, **sampling: object) -> Job:

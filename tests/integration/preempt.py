@@ -1,0 +1,44 @@
+"""One long streamed request with a short one sent beside it once the long one is under way
+(alise then preempts the long request for the short one): the differential suites' way to
+check that a preempted and resumed answer is the uninterrupted one, on every API."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+Tick = Callable[[], None]
+
+
+def ticking(lines: Iterator[str], tick: Tick) -> Iterator[str]:
+    """`lines`, calling `tick` as each one is read."""
+    for line in lines:
+        tick()
+        yield line
+
+
+def while_streaming(base_url: str, long: Callable[[httpx.Client, Tick], dict[str, Any]],
+                    after: int, short: Callable[[httpx.Client], object]) -> dict[str, Any]:
+    """`long(client, tick)` streams one request and calls `tick` for each unit it reads;
+    once it has read `after` of them, `short(client)` is sent. Returns long's answer."""
+    started = threading.Event()
+    seen = [0]
+
+    def tick() -> None:
+        seen[0] += 1
+        if seen[0] >= after:
+            started.set()
+
+    def run_long() -> dict[str, Any]:
+        with httpx.Client(base_url=base_url, timeout=120) as client:
+            return long(client, tick)
+
+    with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=base_url, timeout=120) as client:
+        answer = pool.submit(run_long)
+        assert started.wait(120)
+        short(client)
+        return answer.result(timeout=120)

@@ -155,10 +155,7 @@ def preempted(base_url: str) -> dict[str, Any]:
     preempts LONG for it)."""
 
     def long(client: httpx.Client, tick: preempt.Tick) -> dict[str, Any]:
-        path, body = LONG
-        with client.stream("POST", path, json={"model": "tiny-llama", **body}) as response:
-            assert response.status_code == 200, response.read()
-            return merge(preempt.ticking(response.iter_lines(), tick))
+        return preempt.streamed(client, *LONG, merge, tick)
 
     # event, data and a blank line per event
     return preempt.while_streaming(base_url, long, 3 * PREEMPT_AFTER, lambda client: call(

@@ -21,6 +21,15 @@ def ticking(lines: Iterator[str], tick: Tick) -> Iterator[str]:
         yield line
 
 
+def streamed(client: httpx.Client, path: str, body: dict[str, Any],
+             merge: Callable[[Iterator[str]], dict[str, Any]], tick: Tick) -> dict[str, Any]:
+    """One streamed request to the tiny model, its lines merged by `merge`, `tick` called
+    as each line is read."""
+    with client.stream("POST", path, json={"model": "tiny-llama", **body}) as response:
+        assert response.status_code == 200, response.read()
+        return merge(ticking(response.iter_lines(), tick))
+
+
 def while_streaming(base_url: str, long: Callable[[httpx.Client, Tick], dict[str, Any]],
                     after: int, short: Callable[[httpx.Client], object]) -> dict[str, Any]:
     """`long(client, tick)` streams one request and calls `tick` for each unit it reads;

@@ -194,10 +194,7 @@ def _preempted(base_url: str) -> dict[str, Any]:
     """LONG, with a short request sent once it is under way (alise preempts LONG for it)."""
 
     def long(client: httpx.Client, tick: preempt.Tick) -> dict[str, Any]:
-        path, body = LONG
-        with client.stream("POST", path, json={"model": "tiny-llama", **body}) as response:
-            assert response.status_code == 200, response.read()
-            return _merge_stream(preempt.ticking(response.iter_lines(), tick))
+        return preempt.streamed(client, *LONG, _merge_stream, tick)
 
     # a data line and a blank one per chunk
     return preempt.while_streaming(base_url, long, 2 * PREEMPT_AFTER, lambda client: _call(

@@ -31,7 +31,7 @@ from bench.metrics import (
     spread,
     summarize,
 )
-from bench.servers import Server, Settings, System, parse_system
+from bench.servers import Server, Settings, System, describe_waits, parse_system
 from daemon.core.job import Slo
 
 WARM_UP_REQUESTS, WARM_UP_RATE = 8, 50.0  # a short burst before the measured rates
@@ -52,6 +52,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     engine_preemptions: float = 0.0
     policy_preemptions: float = 0.0
     server_refused: float = 0.0  # requests the server answered 429 (lengthwise's /metrics)
+    waits: dict[str, float] = {}  # lengthwise's account of its waits (servers.Counters)
     # lengthwise: the cost profile its clock learned over the run (the mean of snapshots
     # taken every few seconds: bench/learned.py; a file under OUT/learned/, beside
     # STEM-end.json, the clock at the run's end), which `python -m bench.validate` simulates
@@ -191,7 +192,7 @@ def _run_system(system: System, settings: Settings, args: argparse.Namespace,
                   f"policy {record.policy_preemptions:g}, "
                   f"{summary.n_failed} failed ({summary.n_refused} x 429{_refusal_times(summary)}"
                   f"{_server_refused(record.server_refused, summary)}); "
-                  f"{cpu.describe() if cpu else ''}", flush=True)
+                  f"{cpu.describe() if cpu else ''}{describe_waits(record.waits)}", flush=True)
             if cpu is not None:
                 cpu.warn_if_contaminated("during this run")
     finally:
@@ -242,7 +243,7 @@ def measure_run(server: Server, system: System, args: argparse.Namespace, rate: 
                      repeat=repeat, engine_preemptions=counted.engine_preemptions,
                      policy_preemptions=counted.policy_preemptions,
                      learned_profile=_save_clock(sampler, out / "learned", tag),
-                     server_refused=counted.refused)
+                     server_refused=counted.refused, waits=counted.waits)
 
 
 def _server_refused(refused: float, summary: Summary) -> str:

@@ -184,15 +184,67 @@ def _counter(text: str, name: str, **labels: str) -> float:
                and all(label in line for label in want))
 
 
+def _by_label(text: str, name: str, label: str) -> dict[str, float]:
+    """A Prometheus family's samples summed per value of `label` ({} if absent)."""
+    found: dict[str, float] = {}
+    key = f'{label}="'
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name)] == "{" and key in line:
+            value = line.split(key, 1)[1].split('"', 1)[0]
+            found[value] = found.get(value, 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
+
+
 class Counters(NamedTuple):
     """A server's counters that a run's figures read (differences over the run)."""
 
     engine_preemptions: float  # the engine's own (vLLM's vllm:num_preemptions_total)
     policy_preemptions: float  # lengthwise's (0 for vLLM's server)
     refused: float  # requests the server answered 429 (lengthwise; 0 for vLLM's server)
+    # lengthwise's own account of its waits ({} for vLLM's server), keyed
+    # "held:REASON" (lengthwise_admission_held_total: decision rounds that left the next
+    # job waiting with room for it now, by the rule that held it), "ttft_s:PHASE" and
+    # "ttft_n:PHASE" (lengthwise_ttft_phase_seconds' sum and count: predict, queue,
+    # engine), "shadow:OUTCOME" (lengthwise_slo_shadow_refusals_total: met, missed).
+    waits: dict[str, float]
 
-    def __sub__(self, other: tuple[float, ...]) -> Counters:
-        return Counters(*(a - b for a, b in zip(self, other, strict=True)))
+    def __sub__(self, before: Counters) -> Counters:  # type: ignore[override]
+        return Counters(self.engine_preemptions - before.engine_preemptions,
+                        self.policy_preemptions - before.policy_preemptions,
+                        self.refused - before.refused,
+                        {k: v - before.waits.get(k, 0.0) for k, v in self.waits.items()})
+
+
+def _waits(text: str) -> dict[str, float]:
+    """Counters.waits from a /metrics text."""
+    waits: dict[str, float] = {}
+    for prefix, name, label in (
+            ("held", "lengthwise_admission_held_total", "reason"),
+            ("ttft_s", "lengthwise_ttft_phase_seconds_sum", "phase"),
+            ("ttft_n", "lengthwise_ttft_phase_seconds_count", "phase"),
+            ("shadow", "lengthwise_slo_shadow_refusals_total", "outcome")):
+        for value, count in _by_label(text, name, label).items():
+            waits[f"{prefix}:{value}"] = count
+    return waits
+
+
+def describe_waits(waits: dict[str, float]) -> str:
+    """"; held: wait-is-cheaper 120, policy 3; to first token: predict 12 / queue 840 /
+    engine 310 ms mean; shadow refusals: met 2, missed 9" ("" where nothing was counted)."""
+    parts = []
+    held = {k[5:]: v for k, v in waits.items() if k.startswith("held:") and v}
+    if held:
+        parts.append("held: " + ", ".join(f"{k} {v:g}" for k, v in sorted(held.items())))
+    phases = [(p, waits.get(f"ttft_s:{p}", 0.0), waits.get(f"ttft_n:{p}", 0.0))
+              for p in ("predict", "queue", "engine")]
+    if any(n for _, _, n in phases):
+        parts.append("to first token: " + " / ".join(
+            f"{p} {1000 * s / n:.0f}" for p, s, n in phases if n) + " ms mean")
+    shadow = {k[7:]: v for k, v in waits.items() if k.startswith("shadow:") and v}
+    if shadow:
+        parts.append("shadow refusals: " + ", ".join(f"{k} {v:g}"
+                                                     for k, v in sorted(shadow.items())))
+    return "".join(f"; {part}" for part in parts)
 
 
 class Server:
@@ -237,7 +289,8 @@ class Server:
         text = httpx.get(self.base_url + "/metrics", timeout=10).text
         return Counters(_counter(text, "vllm:num_preemptions_total"),
                         _counter(text, "lengthwise_preemptions_total"),
-                        _counter(text, "lengthwise_http_errors_total", status="429"))
+                        _counter(text, "lengthwise_http_errors_total", status="429"),
+                        _waits(text))
 
     def stop(self, timeout_s: float = 60.0) -> None:
         if self.proc.poll() is None:

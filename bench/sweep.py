@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from bench import compare, enginespeed, vllm_client, workload
 from bench.metrics import RequestResult, Summary
-from bench.servers import Server, Settings, System, parse_system
+from bench.servers import Server, Settings, System, describe_waits, parse_system
 from bench.sweepstats import (
     Pair,
     Point,
@@ -238,7 +238,7 @@ def _one_run(server: Server, system: System, args: argparse.Namespace,
                    engine_preemptions=record.engine_preemptions,
                    policy_preemptions=record.policy_preemptions, speed=speed,
                    wall_s=record.wall_s, cpu=record.cpu,
-                   learned_profile=record.learned_profile)
+                   learned_profile=record.learned_profile, waits=record.waits)
     (args.out / "runs" / f"{tag}.json").write_bytes(
         msgspec.json.encode(RunFile(run=run, requests=record.requests)))
     return run
@@ -255,7 +255,7 @@ def describe(run: SweepRun) -> str:
             f"TTFT {s.mean_ttft * 1000:.0f} / p99 {s.p99_ttft * 1000:.0f} ms, "
             f"TPOT {s.mean_tpot * 1000:.2f} ms, JCT {s.mean_jct:.2f} / p99 {s.p99_jct:.2f} s"
             f"{att}, refused {run.refused:g}, preemptions engine {run.engine_preemptions:g} "
-            f"lengthwise {run.policy_preemptions:g}{step}{cpu}")
+            f"lengthwise {run.policy_preemptions:g}{step}{cpu}{describe_waits(run.waits)}")
 
 
 def finish(results: SweepResults, out: Path) -> str:

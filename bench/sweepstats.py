@@ -37,6 +37,7 @@ class SweepRun(msgspec.Struct, kw_only=True):
     wall_s: float
     cpu: CpuShare | None = None
     learned_profile: str = ""  # lengthwise: its clock over the run (bench/compare.py)
+    waits: dict[str, float] = {}  # lengthwise's account of its waits (servers.Counters)
 
     def figure(self, name: str) -> float:
         """A named figure of FIGURES (nan where the run has none)."""

@@ -243,6 +243,8 @@ def launch(job: Job, lane: Lane, policy: Policy, now: float, kv_tokens: float,
     job.estimated_wait_s = None
     job.executor_name = lane.name
     job.num_dispatches += 1
+    if job.first_launch_time is None:
+        job.first_launch_time = now
     job.tokens_at_dispatch = job.num_generated_tokens
     job.stop_request = None
     job.checkpoint_tokens = policy.next_checkpoint(job)

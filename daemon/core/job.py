@@ -126,6 +126,11 @@ class Job:
     # many may (set when it first arrives; None: no such bound). Reaching it promotes it.
     overtaken: int = 0
     overtake_budget: int | None = None
+    # Where its time to first token went (lengthwise_ttft_phase_seconds): when it first
+    # entered the waiting set (after its prediction, for policies that predict first) and
+    # when it was first launched on an executor.
+    first_enqueue_time: float | None = None
+    first_launch_time: float | None = None
     first_token_time: float | None = None
     finish_time: float | None = None
     finish_reason: str | None = None

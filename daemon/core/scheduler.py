@@ -386,6 +386,8 @@ class Scheduler:
     def _enqueue(self, job: Job) -> None:
         job.status = JobStatus.WAITING
         job.enqueue_time = self.now()
+        if job.first_enqueue_time is None:
+            job.first_enqueue_time = job.enqueue_time
         self.waiting.push(job)
         self._dirty = True
 

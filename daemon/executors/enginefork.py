@@ -28,9 +28,9 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from multiprocessing import forkserver
 from collections.abc import Mapping
 from multiprocessing import context as mp_context
+from multiprocessing import forkserver
 from typing import Any
 
 from daemon.executors import lifeline, spawn

@@ -242,6 +242,12 @@ class Metrics:
                               "first", ["executor"], buckets=_TPOT_BUCKETS, registry=self.registry)
         self.jct = Histogram("lengthwise_jct_seconds", "Arrival to last token", ["executor"],
                              buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.ttft_phase = Histogram(
+            "lengthwise_ttft_phase_seconds", "Where the time to first token went: predict "
+            "(arrival until it first waits in lengthwise's queue: its prediction, for policies "
+            "that predict first), queue (waiting in lengthwise until first launched), engine "
+            "(launch to first token: the command's trip, the engine's own queue, prefill)",
+            ["phase"], buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.http_errors = Counter("lengthwise_http_errors", "Requests refused with an error",
                                    ["status", "type"], registry=self.registry)
         self.prediction_s = Histogram("lengthwise_prediction_batch_seconds", "Time of one "
@@ -292,6 +298,7 @@ class Metrics:
         assert job.finish_time is not None
         self.ttft.labels(executor).observe(job.first_token_time - job.arrival_time)
         self.jct.labels(executor).observe(job.finish_time - job.arrival_time)
+        self._observe_phases(job, job.first_token_time)
         # The first prediction: re-predictions and demotions revise it on the way.
         predicted = job.initial_prediction
         actual = job.observed_output_tokens
@@ -301,6 +308,14 @@ class Metrics:
         if job.num_generated_tokens > 1:
             decode_s = job.finish_time - job.first_token_time
             self.tpot.labels(executor).observe(decode_s / (job.num_generated_tokens - 1))
+
+    def _observe_phases(self, job: Job, first_token: float) -> None:
+        queued, launched = job.first_enqueue_time, job.first_launch_time
+        if queued is None or launched is None:
+            return
+        for phase, seconds in (("predict", queued - job.arrival_time),
+                               ("queue", launched - queued), ("engine", first_token - launched)):
+            self.ttft_phase.labels(phase).observe(max(seconds, 0.0))
 
     async def watch_loop_lag(self) -> None:
         loop = asyncio.get_running_loop()

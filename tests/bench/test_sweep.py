@@ -192,16 +192,20 @@ def test_a_tiny_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert all(len(starts) == 1 for starts in results.startup_s.values())
     for run in results.runs:
         assert run.summary.n_completed == 6 and run.attainment == 1.0
+        # the daemon's account of where each request's first token waited, over this run
+        assert all(run.waits[f"ttft_n:{phase}"] == 6 for phase in ("predict", "queue", "engine"))
         assert run.speed is None  # our client: no token times
         saved = (out / "runs" / f"{run.system.replace(':', '-')}-x{run.load:g}-0.json")
         assert len(msgspec.json.decode(saved.read_bytes())["requests"]) == 6
     assert [(p.system, p.load, p.repeats) for p in results.points] == [
         ("lengthwise:fcfs", 0.5, 1), ("lengthwise:oracle-sjf", 0.5, 1),
         ("lengthwise:fcfs", 1.0, 1), ("lengthwise:oracle-sjf", 1.0, 1)]
+    printed = capsys.readouterr().out
+    assert printed.count("to first token: predict") == 4  # each run's line says it
     summary = (out / "summary.md").read_text()
     # both met the objective at every load: lower bounds, no ratio between them
     assert "| lengthwise:oracle-sjf | >=1.00 | >=20 | – | >=1.00x |" in summary
-    assert summary in capsys.readouterr().out
+    assert summary in printed
     assert {p.name for p in out.glob("*.png")} == {"latency_vs_load.png",
                                                    "engine_vs_load.png",
                                                    "attainment_vs_load.png"}
@@ -234,3 +238,25 @@ def test_a_run_where_nothing_completed_is_summarized_and_read_back(tmp_path: Pat
     assert "| vllm | 0.56 | 1.11 | 1.00x | 0.56x |" in text
     assert "| lw | <0.50 | <1 | <0.90x | <0.50x |" in text
     assert "| 0.5x | lw | – | 0 |" in text  # no step time: no pair to judge
+
+
+def test_the_waits_a_server_counts_are_read_per_label_and_differenced() -> None:
+    from bench.servers import Counters, _waits, describe_waits
+
+    def scrape(held: float, queue_s: float, n: float) -> Counters:
+        text = "\n".join([
+            '# TYPE lengthwise_admission_held_total counter',
+            f'lengthwise_admission_held_total{{executor="e0",reason="policy"}} {held}',
+            f'lengthwise_admission_held_total{{executor="e1",reason="policy"}} {held}',
+            f'lengthwise_admission_held_total{{executor="e0",reason="wait-is-cheaper"}} 3.0',
+            f'lengthwise_ttft_phase_seconds_sum{{phase="queue"}} {queue_s}',
+            f'lengthwise_ttft_phase_seconds_count{{phase="queue"}} {n}',
+            f'lengthwise_ttft_phase_seconds_bucket{{le="1.0",phase="queue"}} {n}',
+            'lengthwise_slo_shadow_refusals_total{outcome="missed",priority="0"} 2.0'])
+        return Counters(0.0, 0.0, 0.0, _waits(text))
+
+    run = scrape(10, 4.5, 7) - scrape(4, 0.5, 2)
+    assert run.waits == {"held:policy": 12.0, "held:wait-is-cheaper": 0.0,
+                         "ttft_s:queue": 4.0, "ttft_n:queue": 5.0, "shadow:missed": 0.0}
+    assert describe_waits(run.waits) == "; held: policy 12; to first token: queue 800 ms mean"
+    assert describe_waits({}) == ""

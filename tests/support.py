@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench import promtext
 from daemon.config import Config
 from daemon.core.stream import JobEnd, OutputStream, TokenDelta
 from daemon.http.app import build_app
@@ -161,14 +162,10 @@ class DaemonProcess:
             self._log.flush()
         return self.log_path.read_text(errors="replace")[-20000:]
 
-    def metric(self, name: str, labels: str = "") -> float:
-        """Sum of a metric's samples whose line starts with name{labels."""
-        text = httpx.get(self.base_url + "/metrics", timeout=5).text
-        total, prefix = 0.0, name + ("{" + labels if labels else "")
-        for line in text.splitlines():
-            if line.startswith(prefix) and (line[len(name)] in " {"):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples named `name` that carry `labels`."""
+        return promtext.total(httpx.get(self.base_url + "/metrics", timeout=5).text, name,
+                              **labels)
 
 
 async def read_to_end(stream: OutputStream, timeout_s: float = 120.0

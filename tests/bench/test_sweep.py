@@ -248,7 +248,7 @@ def test_the_waits_a_server_counts_are_read_per_label_and_differenced() -> None:
             '# TYPE lengthwise_admission_held_total counter',
             f'lengthwise_admission_held_total{{executor="e0",reason="policy"}} {held}',
             f'lengthwise_admission_held_total{{executor="e1",reason="policy"}} {held}',
-            f'lengthwise_admission_held_total{{executor="e0",reason="wait-is-cheaper"}} 3.0',
+            'lengthwise_admission_held_total{executor="e0",reason="wait-is-cheaper"} 3.0',
             f'lengthwise_ttft_phase_seconds_sum{{phase="queue"}} {queue_s}',
             f'lengthwise_ttft_phase_seconds_count{{phase="queue"}} {n}',
             f'lengthwise_ttft_phase_seconds_bucket{{le="1.0",phase="queue"}} {n}',

@@ -19,11 +19,11 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from bench import promtext
 from daemon import config as config_mod
 from daemon.config import Config, EngineConfig, ModelConfig
 from daemon.http.app import build_app
 from daemon.service import Service
-from tests.http.test_routermetrics import scrape
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -217,7 +217,7 @@ async def test_epp_reads_metrics_lengthwise_exports(
         app_client: tuple[httpx.AsyncClient, Service]) -> None:
     http, service = app_client
     await service.start()
-    families = scrape((await http.get("/metrics")).text)
+    families = promtext.families((await http.get("/metrics")).text)
     epp = _epp_config()
     assert (epp["apiVersion"], epp["kind"]) == ("llm-d.ai/v1alpha1", "EndpointPickerConfig")
     plugins = {p.get("name", p["type"]): p for p in epp["plugins"]}

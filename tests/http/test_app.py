@@ -13,6 +13,7 @@ import msgspec
 import pytest
 import pytest_asyncio
 
+from bench import promtext
 from daemon.config import (
     Config,
     EngineConfig,
@@ -45,11 +46,6 @@ async def client(smollm2_model: Path, request: pytest.FixtureRequest,
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
         yield http, service
     await service.shutdown()
-
-
-def _sum(text: str, name: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name))
 
 
 def _events(body: str) -> list[str]:
@@ -195,7 +191,7 @@ async def test_metrics_count_tokens_and_latencies(
     assert 'lengthwise_jct_seconds_count{executor="sim0"} 4.0' in text
     for phase in ("predict", "queue", "engine"):  # every served job's TTFT, split in three
         assert f'lengthwise_ttft_phase_seconds_count{{phase="{phase}"}} 4.0' in text
-    assert _sum(text, "lengthwise_ttft_phase_seconds_sum") == pytest.approx(_sum(text, "lengthwise_ttft_seconds_sum"))
+    assert promtext.total(text, "lengthwise_ttft_phase_seconds_sum") == pytest.approx(promtext.total(text, "lengthwise_ttft_seconds_sum"))
     # The forced lengths (ignore_eos + max_tokens) are the truth the predictions are held to.
     assert "lengthwise_prediction_log2_ratio_count 3.0" in text
     assert 'lengthwise_http_errors_total{status="400",type="invalid_request_error"} 1.0' in text

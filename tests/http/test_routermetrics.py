@@ -11,9 +11,9 @@ import httpx
 import msgspec
 import pytest
 import pytest_asyncio
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from bench import promtext
 from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig
 from daemon.core.job import Job, SamplingSpec
 from daemon.http.app import build_app
@@ -22,11 +22,6 @@ from daemon.service import Service
 
 ROUTER_GAUGES = ("vllm:num_requests_waiting", "vllm:num_requests_running",
                  "vllm:kv_cache_usage_perc", "vllm:cache_config_info")
-
-
-def scrape(text: str) -> dict[str, list[Sample]]:
-    """Family name -> samples, as a Prometheus client parses the exposition."""
-    return {family.name: family.samples for family in text_string_to_metric_families(text)}
 
 
 def first(families: dict[str, list[Sample]], name: str, **labels: str) -> Sample:
@@ -67,7 +62,7 @@ async def test_router_gauges_track_a_backlog(service: Service) -> None:
     app = build_app(service)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://test") as http:
-        idle = scrape((await http.get("/metrics")).text)
+        idle = promtext.families((await http.get("/metrics")).text)
         assert first(idle, "vllm:num_requests_waiting").value == 0
         assert first(idle, "vllm:num_requests_running").value == 0
         assert first(idle, "vllm:kv_cache_usage_perc").value == 0
@@ -75,7 +70,7 @@ async def test_router_gauges_track_a_backlog(service: Service) -> None:
             service.submit(_job(service, 500))
         await _until(lambda: all(ex.engine_stats().num_running_reqs == 1
                                  for ex in service.executors))
-        busy = scrape((await http.get("/metrics")).text)
+        busy = promtext.families((await http.get("/metrics")).text)
     for name in ROUTER_GAUGES:
         sample = first(busy, name)
         assert sample.labels["model_name"] == "smollm2-135m-instruct", name
@@ -156,7 +151,7 @@ async def test_the_learned_clock_admission_and_engine_preemptions_are_exported(
         lanes = service.scheduler.lanes
         await _until(lambda: all(lane.clock.fits for lane in lanes))
         text = (await http.get("/metrics")).text
-    families = scrape(text)
+    families = promtext.families(text)
     preemptions = first(families, "vllm:num_preemptions")  # vLLM's name and meaning
     assert preemptions.name == "vllm:num_preemptions_total" and preemptions.value == 0
     assert preemptions.labels["engine"] == "all"

@@ -11,7 +11,8 @@ import httpx
 import openai
 import pytest
 
-from tests.http.test_routermetrics import ROUTER_GAUGES, first, scrape
+from bench import promtext
+from tests.http.test_routermetrics import ROUTER_GAUGES, first
 from tests.support import DaemonProcess
 
 pytestmark = pytest.mark.engine
@@ -26,7 +27,7 @@ async def _load(daemon: DaemonProcess, num: int) -> None:
 
 
 def _scrape(daemon: DaemonProcess) -> dict[str, list]:  # type: ignore[type-arg]
-    return scrape(httpx.get(daemon.base_url + "/metrics", timeout=5).text)
+    return promtext.families(httpx.get(daemon.base_url + "/metrics", timeout=5).text)
 
 
 async def _scrape_under_load(daemon: DaemonProcess) -> dict[str, list]:  # type: ignore[type-arg]

@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from daemon.http.slo import DROPPED_HEADER, TTFT_HEADER
-from tests.http.test_routermetrics import scrape
 from tests.support import TINY, DaemonProcess, running_daemon
 
 pytestmark = pytest.mark.engine
@@ -27,16 +26,9 @@ def _ask(tokens: int, priority: int = 0, text: str = "hello") -> dict[str, objec
             "max_tokens": tokens, "ignore_eos": True, "temperature": 0.0, "priority": priority}
 
 
-def _metric(daemon: DaemonProcess, name: str, **labels: str) -> float:
-    """The sum of the samples named `name` (a counter's family drops its _total)."""
-    families = scrape(httpx.get(daemon.base_url + "/metrics", timeout=10).text)
-    return sum(s.value for s in families.get(name.removesuffix("_total"), [])
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
-
-
 async def _wait_for(daemon: DaemonProcess, name: str, value: float, **labels: str) -> None:
     deadline = time.monotonic() + 60
-    while await asyncio.to_thread(_metric, daemon, name, **labels) < value:
+    while await asyncio.to_thread(daemon.metric, name, **labels) < value:
         assert time.monotonic() < deadline, f"{name}{labels} never reached {value}"
         await asyncio.sleep(0.05)
 
@@ -60,7 +52,7 @@ async def _scenario(daemon: DaemonProcess, http: httpx.AsyncClient) -> None:
     # One long job holds the only slot for seconds.
     blocker = asyncio.create_task(post("blocker", _ask(1500, text="write a long story")))
     await _wait_for(daemon, "lengthwise_running_jobs", 1)
-    waiting = await asyncio.to_thread(_metric, daemon, "lengthwise_predicted_ttft_seconds")
+    waiting = await asyncio.to_thread(daemon.metric, "lengthwise_predicted_ttft_seconds")
     assert waiting > 0.1  # the precondition of the refusal below: the blocker is predicted long
 
     # A request whose TTFT objective is a third of the predicted wait: refused at once,
@@ -102,6 +94,6 @@ async def _scenario(daemon: DaemonProcess, http: httpx.AsyncClient) -> None:
 
     # What the client saw, counted in /metrics.
     counts = {outcome: await asyncio.to_thread(
-        _metric, daemon, "lengthwise_slo_requests_total", outcome=outcome)
+        daemon.metric, "lengthwise_slo_requests_total", outcome=outcome)
         for outcome in ("met", "missed", "refused", "shed")}
     assert counts == {"met": 1, "missed": 0, "refused": 1, "shed": 1}

@@ -8,8 +8,12 @@ from prometheus_client.samples import Sample
 
 
 def families(text: str) -> dict[str, list[Sample]]:
-    """Each family's samples by the family's name (a counter's without its `_total`)."""
-    return {family.name: family.samples for family in text_string_to_metric_families(text)}
+    """Each family's samples by the family's name (a counter's without its `_total`; the
+    samples of a name given twice, or without a TYPE line, together)."""
+    found: dict[str, list[Sample]] = {}
+    for family in text_string_to_metric_families(text):
+        found.setdefault(family.name, []).extend(family.samples)
+    return found
 
 
 def total(text: str, name: str, **labels: str) -> float:

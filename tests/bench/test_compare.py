@@ -11,7 +11,7 @@ from bench.compare import RunRecord, aggregate, run_order
 from bench.metrics import RequestResult, summarize
 from bench.plots import plot_all
 from bench.report import markdown_table, ratio_table
-from bench.servers import Settings, _counter, _lengthwise_config, parse_system
+from bench.servers import Settings, _lengthwise_config, parse_system
 
 
 def test_systems_alternate_within_each_repetition() -> None:
@@ -71,19 +71,6 @@ def test_a_lengthwise_system_may_carry_its_own_overrides() -> None:
     assert "+" not in system.label and ":" not in system.label
     with pytest.raises(ValueError, match="overrides"):
         parse_system("lengthwise:blend+beta")
-
-
-def test_counters_are_summed_over_their_labels() -> None:
-    text = ('vllm:num_preemptions_total{engine="0"} 3.0\nvllm:num_preemptions_total{engine="1"}'
-            ' 4.0\nvllm:num_preemptions_created 1.7e9\nlengthwise_preemptions_total{executor="'
-            'cpu-0"} 2.0\n')
-    assert _counter(text, "vllm:num_preemptions_total") == 7.0
-    assert _counter(text, "lengthwise_preemptions_total") == 2.0
-    assert _counter(text, "absent_total") == 0.0
-    errors = ('lengthwise_http_errors_total{status="429",type="slo_unreachable"} 5.0\n'
-              'lengthwise_http_errors_total{status="429",type="queue_full"} 2.0\n'
-              'lengthwise_http_errors_total{status="400",type="invalid_request_error"} 9.0\n')
-    assert _counter(errors, "lengthwise_http_errors_total", status="429") == 7.0
 
 
 def test_the_table_counts_the_429s_the_server_saw_where_the_client_could_not() -> None:

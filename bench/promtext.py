@@ -3,6 +3,8 @@ benchmarks and the tests take from lengthwise's and vLLM's servers."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -16,20 +18,23 @@ def families(text: str) -> dict[str, list[Sample]]:
     return found
 
 
+def _named(text: str, name: str) -> Iterator[Sample]:
+    for family in text_string_to_metric_families(text):
+        yield from (sample for sample in family.samples if sample.name == name)
+
+
 def total(text: str, name: str, **labels: str) -> float:
     """Sum of the samples named `name` (a counter's `..._total`, a histogram's `..._sum`)
     that carry every one of `labels` (0 if there is none)."""
-    return sum(sample.value for samples in families(text).values() for sample in samples
-               if sample.name == name
-               and all(sample.labels.get(key) == value for key, value in labels.items()))
+    return sum(sample.value for sample in _named(text, name)
+               if all(sample.labels.get(key) == value for key, value in labels.items()))
 
 
 def by_label(text: str, name: str, label: str) -> dict[str, float]:
     """The samples named `name` summed per value of their `label` ({} if there is none)."""
     found: dict[str, float] = {}
-    for samples in families(text).values():
-        for sample in samples:
-            if sample.name == name and label in sample.labels:
-                value = sample.labels[label]
-                found[value] = found.get(value, 0.0) + sample.value
+    for sample in _named(text, name):
+        if label in sample.labels:
+            value = sample.labels[label]
+            found[value] = found.get(value, 0.0) + sample.value
     return found

@@ -69,6 +69,12 @@ async def _ask(http: httpx.AsyncClient) -> str:
     return response.headers["x-lengthwise-predicted-tokens"]  # the first estimate
 
 
+def _metric(text: str, name: str) -> float:
+    """The unlabelled sample `name`, which must be exported (a 0 that is absent proves nothing)."""
+    assert f"\n{name} " in text, f"{name} is not exported"
+    return promtext.total(text, name)
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("served", [(PredictorConfig(), 1.0)], indirect=True)
 async def test_iterative_model_repredicts_a_running_isrtf_job(served) -> None:
@@ -77,8 +83,8 @@ async def test_iterative_model_repredicts_a_running_isrtf_job(served) -> None:
     assert service.predictions.predictor.kind == "proxy"
     header = await _ask(http)
     text = (await http.get("/metrics")).text
-    assert promtext.total(text, "lengthwise_repredictions_total") == 2  # at 50 and 100 tokens
-    assert promtext.total(text, "lengthwise_repredict_failures_total") == 0
+    assert _metric(text, "lengthwise_repredictions_total") == 2  # at 50 and 100 tokens
+    assert _metric(text, "lengthwise_repredict_failures_total") == 0
     assert "lengthwise_repredict_batch_seconds_count 2.0" in text
     # The last re-prediction (asked at 100 tokens) set the total, not the first guess.
     (job,) = ended
@@ -114,12 +120,12 @@ async def test_off_or_late_keeps_first_prediction_minus_tokens(served) -> None:
     http, service, ended = served
     header = await _ask(http)
     text = (await http.get("/metrics")).text
-    assert promtext.total(text, "lengthwise_repredictions_total") == 0
+    assert _metric(text, "lengthwise_repredictions_total") == 0
     if service.predictions.iterative is None:  # off: nothing asked
         assert service.scheduler.repredictor.predict is None
-        assert promtext.total(text, "lengthwise_repredict_batches_total") == 0
+        assert _metric(text, "lengthwise_repredict_batches_total") == 0
     else:  # every batch timed out: counted, the job kept its first estimate
-        assert promtext.total(text, "lengthwise_repredict_failures_total") == 2
+        assert _metric(text, "lengthwise_repredict_failures_total") == 2
     (job,) = ended
     assert job.predicted_output_tokens == job.first_prediction
     assert header == f"{job.first_prediction:.0f}"

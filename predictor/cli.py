@@ -156,6 +156,16 @@ def _train(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false" if args.threads == 1 else "true")
     data = load_train_dev(args.data, args.limit, args.dev_limit)
     print(f"train {len(data.train)} records, dev {len(data.dev)}")
+    if not data.train:
+        print(f"error: no training records in {args.data}", file=sys.stderr)
+        return 2
+    if not data.dev:  # the dev hold-out is 1/8 of the training side's conversations, by id
+        if args.kind == "retrieval":
+            print("error: retrieval tunes its neighbours on the dev hold-out, and none of these "
+                  f"{len(data.train)} records fell in it: give more records", file=sys.stderr)
+            return 2
+        print("warning: none of these records fell in the dev hold-out: the model trains "
+              "without dev metrics or conformal shifts", file=sys.stderr)
     tc = _train_config(args)
     opts = ProxyOptions(encoder=args.encoder, use_encoder=args.use_encoder,
                         encoder_max_tokens=args.encoder_max_tokens,

@@ -224,7 +224,7 @@ def featurize(bagger: BagTokenizer, conversations: Sequence[Sequence[Turn]]) -> 
     numeric = np.asarray([numeric_features(m) for m in conversations], dtype=np.float32)
     return FeatureRows(prompt_bags=_split_bag(bagger.bag(prompts)),
                        hist_bags=_split_bag(bagger.bag(histories)),
-                       numeric=numeric.reshape(len(conversations), -1))
+                       numeric=numeric.reshape(len(conversations), len(NUMERIC_NAMES)))
 
 
 def add_partials(bagger: BagTokenizer, rows: FeatureRows, partials: Sequence[str],

@@ -83,17 +83,19 @@ def train_iterative(data: TrainData, opts: ProxyOptions, tc: TrainConfig, out: P
     dev_ex = window_examples(data.dev, window, max_windows, tokenizer)
     print(f"{len(train_ex.window)} training windows, {len(dev_ex.window)} dev windows")
     train_rows = window_rows(bagger, data.train, train_ex, cpt)
-    dev_rows = window_rows(bagger, data.dev, dev_ex, cpt)
+    dev_rows = window_rows(bagger, data.dev, dev_ex, cpt) if len(dev_ex.window) else None
     cfg = NetConfig(table_size=bagger.table_size, num_numeric=len(NUMERIC_NAMES) + NUM_PARTIAL,
                     bag_dim=opts.bag_dim, hidden=opts.hidden, partial=True)
     net = fit(cfg, train_rows, np.log1p(train_ex.remaining), tc, desc="train iterative")
     manifest = base_manifest("iterative", data, opts, cfg, tc.seed)
     cal = calibration(scores(net, train_rows), train_ex.remaining)
-    pred = np.maximum(cal * np.expm1(scores(net, dev_rows).astype(np.float64)), 1.0)
-    dev = quality(pred, dev_ex.remaining, manifest.quintiles)
-    first = np.asarray(dev_ex.window) == 0
-    dev |= {f"window0_{k}": v for k, v in
-            quality(pred[first], dev_ex.remaining[first], manifest.quintiles).items()}
+    dev: dict[str, float] = {}
+    if dev_rows is not None:
+        pred = np.maximum(cal * np.expm1(scores(net, dev_rows).astype(np.float64)), 1.0)
+        dev = quality(pred, dev_ex.remaining, manifest.quintiles)
+        first = np.asarray(dev_ex.window) == 0
+        dev |= {f"window0_{k}": v for k, v in
+                quality(pred[first], dev_ex.remaining[first], manifest.quintiles).items()}
     out.mkdir(parents=True, exist_ok=True)
     save_net(net, out)
     manifest = msgspec.structs.replace(manifest, calibration=cal, dev_metrics=dev, window=window,

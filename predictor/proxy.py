@@ -194,7 +194,7 @@ def train_proxy(data: TrainData, opts: ProxyOptions, tc: TrainConfig, out: Path)
     bagger = BagTokenizer(opts.encoder)
     encoder = TextEncoder(opts.encoder, opts.encoder_max_tokens) if opts.use_encoder else None
     train_rows = build_rows(data.train, bagger, opts, encoder, "train")
-    dev_rows = build_rows(data.dev, bagger, opts, encoder, "dev")
+    dev_rows = build_rows(data.dev, bagger, opts, encoder, "dev") if data.dev else None
     cfg = NetConfig(table_size=bagger.table_size, num_numeric=len(NUMERIC_NAMES),
                     emb_dim=encoder.dim if encoder else 0, bag_dim=opts.bag_dim,
                     hidden=opts.hidden, quantiles=opts.quantiles,
@@ -203,17 +203,20 @@ def train_proxy(data: TrainData, opts: ProxyOptions, tc: TrainConfig, out: Path)
     net = fit_members(cfg, train_rows, np.log1p(y), tc, desc="train proxy")
     manifest = base_manifest("proxy", data, opts, cfg, tc.seed)
     cal = calibration(scores(net, train_rows), y)
-    dev_out = all_outputs(net, dev_rows).astype(np.float64)
-    dev_y = lengths(data.dev)
-    dev = quality(np.maximum(cal * np.expm1(dev_out[:, 0]), 1.0), dev_y, manifest.quintiles)
-    offsets = conformal_offsets(dev_out, cfg.quantiles, dev_y)
-    dev |= {f"{k}_raw": v for k, v in quantile_metrics(dev_out, cfg.quantiles, dev_y).items()}
-    dev |= quantile_metrics(shifted(dev_out, offsets), cfg.quantiles, dev_y)  # fitted on dev
-    first = np.asarray([is_first_turn(r) for r in data.dev])
-    if first.any():
-        first_pred = np.maximum(cal * np.expm1(dev_out[first, 0]), 1.0)
-        dev["first_kendall_tau"] = quality(first_pred, dev_y[first],
-                                           manifest.quintiles)["kendall_tau"]
+    dev: dict[str, float] = {}
+    offsets: list[float] = []
+    if dev_rows is not None:
+        dev_out = all_outputs(net, dev_rows).astype(np.float64)
+        dev_y = lengths(data.dev)
+        dev = quality(np.maximum(cal * np.expm1(dev_out[:, 0]), 1.0), dev_y, manifest.quintiles)
+        offsets = conformal_offsets(dev_out, cfg.quantiles, dev_y)
+        dev |= {f"{k}_raw": v for k, v in quantile_metrics(dev_out, cfg.quantiles, dev_y).items()}
+        dev |= quantile_metrics(shifted(dev_out, offsets), cfg.quantiles, dev_y)  # fitted on dev
+        first = np.asarray([is_first_turn(r) for r in data.dev])
+        if first.any():
+            first_pred = np.maximum(cal * np.expm1(dev_out[first, 0]), 1.0)
+            dev["first_kendall_tau"] = quality(first_pred, dev_y[first],
+                                               manifest.quintiles)["kendall_tau"]
     out.mkdir(parents=True, exist_ok=True)
     save_net(net, out)
     manifest = msgspec.structs.replace(manifest, calibration=cal, dev_metrics=dev,

@@ -9,7 +9,7 @@ import pytest
 
 from predictor import PredictInput, load_predictor
 from predictor.cli import _levels, _parser, main
-from predictor.dataset import Split, TokenCounter, split_of
+from predictor.dataset import Split, TokenCounter, is_dev, split_of
 from predictor.records import Message, Record, read_records, write_records
 from tests.predictor.conftest import tokenizer_dir
 
@@ -74,3 +74,27 @@ def test_train_on_the_daemons_request_log(small_train, tmp_path, caplog) -> None
     predictor = load_predictor(out)
     got = predictor.predict_quantiles([PredictInput.from_record(records[0])])
     assert 1.0 <= got[0][0] <= got[0][1]
+
+
+def test_train_without_a_dev_hold_out(small_train, tmp_path, capsys) -> None:
+    """A small request log can hold no record of the dev hold-out (1/8 of the training side,
+    by id): proxy and iterative train without dev metrics and say so; retrieval, which tunes
+    on dev, refuses by name before any work; an empty file is refused."""
+    records = [r for r in read_records(small_train) if not is_dev(r.id)][:40]
+    data = tmp_path / "no_dev.jsonl"
+    write_records(data, records)
+    for kind in ("proxy", "iterative"):
+        out = tmp_path / kind
+        assert main(["train", "--kind", kind, "--data", str(data), "--out", str(out),
+                     "--epochs", "1", "--dev-limit", "0", "--tokenizer", tokenizer_dir()]) == 0
+        assert "without dev metrics" in capsys.readouterr().err
+        predictor = load_predictor(out)
+        assert predictor.manifest.dev_metrics == {}
+        assert predictor.predict([PredictInput.from_record(records[0])])[0] >= 1.0
+    assert main(["train", "--kind", "retrieval", "--data", str(data),
+                 "--out", str(tmp_path / "retrieval")]) == 2
+    assert "dev hold-out" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["train", "--kind", "proxy", "--data", str(empty), "--out", str(tmp_path / "e")]) == 2
+    assert "no training records" in capsys.readouterr().err

@@ -60,7 +60,7 @@ class Lane:
     # "auto" (changes on reload and with the engine's report).
     max_running: int
     # Jobs handed to the engine beyond max_running, to wait in its own queue
-    # (scheduler.engine_queue).
+    # (scheduler.engine_queue), where max_running is the engine's own cap (engine_spare).
     spare: int = 0
     running: dict[str, Job] = field(default_factory=dict)  # launched, not yet stopped
     # Predicted work of the running jobs, kept in step with them (load(), placement).
@@ -86,7 +86,16 @@ class Lane:
     def free_slots(self) -> int:
         if self.down_reason is not None or self._memory_full():
             return 0
-        return max(self.max_running + self.spare - len(self.running), 0)
+        return max(self.max_running + self.engine_spare - len(self.running), 0)
+
+    @property
+    def engine_spare(self) -> int:
+        """Jobs it may hand its engine past max_running: `spare` where the count cap is the
+        engine's own batch cap, so that they wait in the engine's queue; none under a smaller
+        cap (scheduler.max_running = N), where the engine would run them beside the N."""
+        capacity = self.capacity
+        return self.spare if capacity is not None and \
+            self.max_running >= capacity.max_num_seqs else 0
 
     def _memory_full(self) -> bool:
         if not (self.memory_bound and self.capacity is not None and self.running):

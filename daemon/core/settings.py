@@ -97,8 +97,11 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     learn_clock: Annotated[bool, BENCH_KNOB] = True
     # Jobs per engine handed to it beyond max_running: they wait in the engine's own
     # priority queue, in the policy's order (its engine priority), so a slot that frees
-    # refills at the engine's next step instead of after a round trip through the core.
-    engine_queue: Annotated[int, _NonNegative, BENCH_KNOB] = 0
+    # refills at the engine's next step instead of after a round trip through the core
+    # (worth 6-13 % of TTFT at 0.8-1.0x load with 4 slots: docs/results/
+    # 2026-11-27-sweep-4-slots.md). It adds to the count only: where memory admits (the
+    # KV ledger is full), no job goes past it. 0: every job waits in lengthwise's queue.
+    engine_queue: Annotated[int, _NonNegative, BENCH_KNOB] = 1
     # Memory admission: when the next job's KV fits nowhere yet, jobs behind it start where
     # they fit if they are predicted to end before it could start (core/decisions.py,
     # backfill); off: every job behind it waits, as in vLLM's own scheduler.

@@ -24,13 +24,15 @@ from tests.core.fakes import AskedPredictor
 
 class Core:
     def __init__(self, lanes: int = 1, max_running: int | str = "auto",
-                 upper_factor: float = 2.0, admission: str = "peak") -> None:
+                 upper_factor: float = 2.0, admission: str = "peak", engine_queue: int = 0
+                 ) -> None:
         """admission: "peak" (the projection alone, which most tests here are about) or
-        "work-conserving" (the default)."""
+        "work-conserving" (the default); engine_queue: 0 (the count cap alone, which most
+        tests here are about) or the default 1."""
         self.inbox: asyncio.Queue[Event] = asyncio.Queue()
         self.commands = [asyncio.Queue[object]() for _ in range(lanes)]
         config = SchedulerConfig(max_running=max_running, upper_factor=upper_factor,  # type: ignore[arg-type]
-                                 admission=admission)  # type: ignore[arg-type]
+                                 admission=admission, engine_queue=engine_queue)  # type: ignore[arg-type]
         self.core = Scheduler([Lane(f"e{i}", q, 8) for i, q in enumerate(self.commands)],
                               FCFS(), config, self.inbox)
         self.core.accepting = True
@@ -101,6 +103,33 @@ async def test_never_above_max_num_seqs_and_a_lone_job_always_runs() -> None:
     assert c.turn() == []  # nothing fits beside it
     c.finish("huge")
     assert c.turn() == ["next"]
+
+
+@pytest.mark.asyncio
+async def test_one_job_past_the_engines_cap_waits_in_its_queue_never_past_a_smaller_cap_or_memory(
+        ) -> None:
+    """scheduler.engine_queue (1 by default): a slot that frees refills at the engine's next
+    step from the job waiting in its queue. Only where the count cap is the engine's own:
+    under scheduler.max_running = N below it the engine would run the extra job; and a full
+    KV ledger admits nothing more."""
+    assert SchedulerConfig().engine_queue == 1
+    c = Core(engine_queue=1)
+    c.capacity(blocks=10_000, max_num_seqs=3)
+    c.submit(*(job(f"s{i}", prompt=4, upper=8.0) for i in range(6)))
+    assert c.turn() == ["s0", "s1", "s2", "s3"]  # three run, s3 waits in the engine's queue
+    assert c.turn() == []
+    c.finish("s0")
+    assert c.turn() == ["s4"]  # s3 took the freed slot; s4 waits in the engine's queue
+
+    capped = Core(max_running=2, engine_queue=1)
+    capped.capacity(blocks=10_000, max_num_seqs=3)
+    capped.submit(*(job(f"c{i}", prompt=4, upper=8.0) for i in range(4)))
+    assert capped.turn() == ["c0", "c1"]  # the engine has a third seat: no spare
+
+    full = Core(engine_queue=1)
+    full.capacity(blocks=20, max_num_seqs=3)  # 320 tokens: two jobs of 9 blocks
+    full.submit(*(job(f"f{i}") for i in range(4)))
+    assert full.turn() == ["f0", "f1"]  # memory, not the count, holds f2 and f3
 
 
 @pytest.mark.asyncio

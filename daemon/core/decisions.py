@@ -19,6 +19,7 @@ from daemon.core.job import Job, JobStatus, StopRequest
 from daemon.core.lanes import Lane
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
 from daemon.core.stream import OutputStream
+from daemon.core.waitqueue import WaitQueue
 
 log = logging.getLogger(__name__)
 BACKFILL_CANDIDATES = 32  # waiting jobs behind a blocked head that may start before it
@@ -157,6 +158,32 @@ def _guard(pick: tuple[Job, ExecutorView], ctx: DispatchContext, policy: Policy
         return pick
     head.promoted = True
     return head, policy.choose_executor(head, ctx.free_executors())
+
+
+def displaced(ctx: DispatchContext, lanes: Sequence[Lane]) -> Iterator[Job]:
+    """A job handed to a full engine past its own cap (scheduler.engine_queue) waits in the
+    engine's queue ahead of every job that arrives after it. One that has not started yields
+    its place to a waiting job of a more urgent rank (its class, then an objective it can
+    still meet before best effort: WaitQueue.rank): stopped before its first token, it
+    waits again, and the urgent job takes its place at a following round. Within a rank
+    the early hand-off stands: the slot refill it buys is worth more than one job's order
+    (docs/results/2026-11-27-sweep-4-slots.md). One at a time per lane."""
+    head = ctx.waiting.best(ctx.now, 1)
+    if not head:
+        return
+    best = WaitQueue.rank(head[0])
+    for lane in lanes:
+        if lane.engine_spare == 0 or lane.free_slots > 0:
+            continue
+        fresh = [job for job in lane.running.values()
+                 if job.first_token_time is None and job.num_generated_tokens == 0]
+        if any(job.stop_request is not None for job in fresh):
+            continue  # one displaced already: its place frees when it stops
+        # The least urgent, and of those the last handed over (the engine's queue is
+        # where it waits; the earlier ones hold its seats, their first token on its way).
+        worst = max(reversed(fresh), key=WaitQueue.rank, default=None)
+        if worst is not None and WaitQueue.rank(worst) > best:
+            yield worst
 
 
 def preemptible(ctx: DispatchContext, limit: int | None) -> tuple[int, list[Job]]:

@@ -91,11 +91,10 @@ class Lane:
     @property
     def engine_spare(self) -> int:
         """Jobs it may hand its engine past max_running: `spare` where the count cap is the
-        engine's own batch cap, so that they wait in the engine's queue; none under a smaller
-        cap (scheduler.max_running = N), where the engine would run them beside the N."""
-        capacity = self.capacity
-        return self.spare if capacity is not None and \
-            self.max_running >= capacity.max_num_seqs else 0
+        engine's own batch cap (scheduler.max_running = "auto", once the engine said what
+        it holds), so that they wait in the engine's queue; none under a number, which is
+        the operator's cap on jobs admitted."""
+        return self.spare if self.memory_bound and self.capacity is not None else 0
 
     def _memory_full(self) -> bool:
         if not (self.memory_bound and self.capacity is not None and self.running):

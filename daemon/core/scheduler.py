@@ -323,6 +323,9 @@ class Scheduler:
             self.waiting.overtaken(started)
         if len(self.waiting):
             self._count_held(ctx)
+            for spare in decisions.displaced(ctx, self.lanes):
+                spare.kv_residency = None  # nothing cached yet: nothing to keep or offload
+                self._stop(spare, StopRequest.PREEMPT)
         if self.config.aging.preempt and len(self.waiting):
             for victim in decisions.for_promoted(ctx, self.policy, self._by_name,
                                                    self.estimates.footprint):

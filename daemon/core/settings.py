@@ -99,8 +99,11 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # priority queue, in the policy's order (its engine priority), so a slot that frees
     # refills at the engine's next step instead of after a round trip through the core
     # (worth 6-13 % of TTFT at 0.8-1.0x load with 4 slots: docs/results/
-    # 2026-11-27-sweep-4-slots.md). It adds to the count only: where memory admits (the
-    # KV ledger is full), no job goes past it. 0: every job waits in lengthwise's queue.
+    # 2026-11-27-sweep-4-slots.md). Only under max_running = "auto", whose count cap is
+    # the engine's max_num_seqs (a number is the operator's cap on admitted jobs); it adds
+    # to the count only: a full KV ledger admits nothing past it. One that has not started
+    # yields to a more urgent class or objective (core/decisions.py, displaced). 0: every
+    # job waits in lengthwise's queue.
     engine_queue: Annotated[int, _NonNegative, BENCH_KNOB] = 1
     # Memory admission: when the next job's KV fits nowhere yet, jobs behind it start where
     # they fit if they are predicted to end before it could start (core/decisions.py,

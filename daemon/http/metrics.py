@@ -61,8 +61,9 @@ class _SchedulerCollector(Collector):
                                 "output length (geometric mean over jobs that stopped by "
                                 "themselves; 1 until 20 were seen)",
                                 value=sched.estimates.calibration.scale)
-        running = GaugeMetricFamily("lengthwise_running_jobs", "Jobs admitted to an executor",
-                                    labels=["executor"])
+        running = GaugeMetricFamily("lengthwise_running_jobs", "Jobs admitted to an executor "
+                                    "(up to lengthwise_max_running plus scheduler.engine_queue "
+                                    "waiting in the engine's own queue)", labels=["executor"])
         limit = GaugeMetricFamily("lengthwise_max_running", "Admission cap by count per "
                                   "executor (scheduler.max_running, or under \"auto\" the "
                                   "engine's max_num_seqs)", labels=["executor"])

@@ -128,7 +128,7 @@ def test_validate_replays_the_runs_workload(tmp_path: Path) -> None:
                               summary=summarize(results), requests=results, wall_s=1.0,
                               engine_preemptions=outcome.engine_preemptions))
     compare = CompareResults(model="m", max_num_seqs=2, workload=spec, natural=False,
-                             startup_s={}, runs=runs)
+                             startup_s={}, runs=runs, max_running="2")  # as simulated
     path = tmp_path / "results.json"
     path.write_bytes(msgspec.json.encode(compare))
     profile = tmp_path / "p.json"

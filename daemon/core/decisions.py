@@ -175,8 +175,7 @@ def displaced(ctx: DispatchContext, lanes: Sequence[Lane]) -> Iterator[Job]:
     for lane in lanes:
         if lane.engine_spare == 0 or lane.free_slots > 0:
             continue
-        fresh = [job for job in lane.running.values()
-                 if job.first_token_time is None and job.num_generated_tokens == 0]
+        fresh = [job for job in lane.running.values() if job.first_token_time is None]
         if any(job.stop_request is not None for job in fresh):
             continue  # one displaced already: its place frees when it stops
         # The least urgent, and of those the last handed over (the engine's queue is

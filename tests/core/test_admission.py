@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from daemon.config import SchedulerConfig
 from daemon.core.admission import MIN_OBSERVED, Footprints, KVLedger
 from daemon.core.admission import fits_now as admission_fits_now
-from daemon.core.events import Capacity, Event, Launch, Predicted, Stop, Stopped, Tokens
+from daemon.core.events import Capacity, Event, Launch, Predicted, Stopped, Tokens
 from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
@@ -135,44 +135,6 @@ async def test_one_job_past_the_engines_own_cap_waits_in_its_queue_never_past_a_
     full.capacity(blocks=20, max_num_seqs=3)  # 320 tokens: two jobs of 9 blocks
     full.submit(*(job(f"f{i}") for i in range(4)))
     assert full.turn() == ["f0", "f1"]  # memory, not the count, holds f2 and f3
-
-
-@pytest.mark.asyncio
-async def test_a_spare_that_has_not_started_yields_its_place_to_a_more_urgent_class() -> None:
-    """The job waiting in the engine's queue was the best at its hand-off. A later job of
-    the same class waits behind it (the refill is worth one job's order); one of a more
-    urgent class takes its place: the spare is stopped before its first token and waits
-    again. A spare that has started is not stopped."""
-    c = Core(engine_queue=1)
-    c.capacity(blocks=10_000, max_num_seqs=1)
-    c.submit(job("run", prompt=4, upper=8.0), job("spare", prompt=4, upper=8.0))
-    assert c.turn() == ["run", "spare"]
-    c.submit(job("same-class", prompt=4, upper=8.0))
-    assert c.turn() == []
-    urgent = job("urgent", prompt=4, upper=8.0)
-    urgent.priority = -1
-    c.submit(urgent)
-    while not c.inbox.empty():
-        c.core.handle(c.inbox.get_nowait())
-    c.core.dispatch()
-    stop = c.commands[0].get_nowait()
-    assert isinstance(stop, Stop) and stop.job_id == "spare" and not stop.offload
-    assert c.commands[0].empty()
-    c.core.dispatch()  # it has not stopped yet: no second spare is stopped for the same place
-    assert c.commands[0].empty()
-    c.inbox.put_nowait(Stopped("e0", "spare", None))
-    assert c.turn() == ["urgent"]
-    assert {j.job_id for j in c.core.waiting} == {"spare", "same-class"}
-
-    started = Core(engine_queue=1)
-    started.capacity(blocks=10_000, max_num_seqs=1)
-    started.submit(job("run", prompt=4, upper=8.0), job("spare", prompt=4, upper=8.0))
-    assert started.turn() == ["run", "spare"]
-    started.inbox.put_nowait(Tokens("e0", 0.0, [("run", [5]), ("spare", [7])]))  # both began
-    second = job("urgent", prompt=4, upper=8.0)
-    second.priority = -1
-    started.submit(second)
-    assert started.turn() == []  # Launch-only: no Stop was sent
 
 
 @pytest.mark.asyncio

@@ -1,17 +1,18 @@
 """A decision round's choices (daemon/core/decisions.py) on the real core driven by hand:
-here, which running job a promoted one that found no room may replace."""
+here, which running job a promoted one that found no room may replace, and when the
+engine's spare job yields its place."""
 
 from __future__ import annotations
 
 import pytest
 
-from daemon.core.events import Launch, Stop, Stopped
+from daemon.core.events import Launch, Stop, Stopped, Tokens
 from tests.core.test_admission import Core, job
 
 
 def commands(c: Core) -> list[str]:
-    """Handle the events at hand, run a decision round: its commands, as 'launch j' or
-    'stop j'."""
+    """Handle the events at hand, run a decision round: its commands, as 'launch j',
+    'stop j' or 'offload j' (a stop that saves the job's KV to kvstore first)."""
     while not c.inbox.empty():
         c.core.handle(c.inbox.get_nowait())
     c.core.dispatch()
@@ -19,8 +20,42 @@ def commands(c: Core) -> list[str]:
     while not c.commands[0].empty():
         command = c.commands[0].get_nowait()
         assert isinstance(command, Launch | Stop)
-        out.append(f"{'launch' if isinstance(command, Launch) else 'stop'} {command.job_id}")
+        verb = ("launch" if isinstance(command, Launch)
+                else "offload" if command.offload else "stop")
+        out.append(f"{verb} {command.job_id}")
     return out
+
+
+@pytest.mark.asyncio
+async def test_a_spare_that_has_not_started_yields_its_place_to_a_more_urgent_class() -> None:
+    """The job waiting in the engine's queue (scheduler.engine_queue) was the best at its
+    hand-off. A later job of the same class waits behind it (the refill is worth one job's
+    order); one of a more urgent class takes its place: the spare is stopped before its
+    first token and waits again. A spare that has started is not stopped."""
+    c = Core(engine_queue=1)
+    c.capacity(blocks=10_000, max_num_seqs=1)
+    c.submit(job("run", prompt=4, upper=8.0), job("spare", prompt=4, upper=8.0))
+    assert commands(c) == ["launch run", "launch spare"]
+    c.submit(job("same-class", prompt=4, upper=8.0))
+    assert commands(c) == []
+    urgent = job("urgent", prompt=4, upper=8.0)
+    urgent.priority = -1
+    c.submit(urgent)
+    assert commands(c) == ["stop spare"]  # nothing cached: nothing to offload
+    assert commands(c) == []  # it has not stopped yet: no second spare for the same place
+    c.inbox.put_nowait(Stopped("e0", "spare", None))
+    assert commands(c) == ["launch urgent"]
+    assert {j.job_id for j in c.core.waiting} == {"spare", "same-class"}
+
+    started = Core(engine_queue=1)
+    started.capacity(blocks=10_000, max_num_seqs=1)
+    started.submit(job("run", prompt=4, upper=8.0), job("spare", prompt=4, upper=8.0))
+    assert commands(started) == ["launch run", "launch spare"]
+    started.inbox.put_nowait(Tokens("e0", 0.0, [("run", [5]), ("spare", [7])]))  # both began
+    second = job("urgent", prompt=4, upper=8.0)
+    second.priority = -1
+    started.submit(second)
+    assert commands(started) == []
 
 
 @pytest.mark.asyncio

@@ -4,12 +4,14 @@ import functools
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+import pytest_asyncio
 
+from tests.executors.driver import Driver, float32_engine
 from tests.support import BENCH_KNOBS, ROOT, SMOLLM2, TINY, DaemonProcess, require_model
 from tests.support import running_daemon as _running
 
@@ -50,6 +52,16 @@ profile = "{ROOT / 'bench' / 'profiles' / 'tiny-llama-cpu-stack.json'}"
         yield switch
 
 
+@pytest_asyncio.fixture(loop_scope="session", scope="session")
+async def smollm2_engine() -> AsyncIterator[Driver]:
+    """One real vLLM executor on the default model (float32), driven as the core would, for
+    the executor tests that read its words (tests/executors/driver.py); their job ids must
+    differ across files."""
+    require_model(SMOLLM2)
+    async with float32_engine(SMOLLM2) as driver:
+        yield driver
+
+
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
     require_model(TINY)
@@ -87,7 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # module fixtures start once), and the files that use a session's shared daemon run in the
 # same worker (one daemon, not one per worker). (xdist's own --dist loadgroup cannot do it:
 # it renames items by a private attribute that pytest 9 no longer reads.)
-_SHARED_DAEMONS = ("smollm2_daemon", "policy_daemon")
+_SHARED_DAEMONS = ("smollm2_daemon", "policy_daemon", "smollm2_engine")
 
 
 @functools.cache

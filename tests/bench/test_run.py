@@ -31,9 +31,11 @@ def _daemon(tmp_path: Path, kind: str) -> DaemonProcess:
     return daemon
 
 
-@pytest.fixture
-def sim_daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    daemon = _daemon(tmp_path, "sim")
+@pytest.fixture(scope="module")
+def sim_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    """One daemon on the simulated engine for the module's clients (each test counts the
+    jobs it finished)."""
+    daemon = _daemon(tmp_path_factory.mktemp("sim-daemon"), "sim")
     yield daemon
     assert daemon.stop() == 0, daemon.log()
 
@@ -50,6 +52,7 @@ def _bench(daemon: DaemonProcess, tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_bench_run_against_sim_daemon(sim_daemon: DaemonProcess, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
+    finished = sim_daemon.metric("lengthwise_jobs_finished_total")
     out = _bench(sim_daemon, tmp_path, capsys, "--slo-ttft", "1e-9")
     assert out["n_completed"] == 12 and out["n_failed"] == 0
     assert 0 < out["mean_ttft"] <= out["mean_jct"] <= out["p99_jct"]
@@ -59,26 +62,27 @@ def test_bench_run_against_sim_daemon(sim_daemon: DaemonProcess, tmp_path: Path,
     got = [json.loads(line)["output_tokens"]
            for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert sum(got) == sent
-    assert sim_daemon.metric("lengthwise_jobs_finished_total") == 12
+    assert sim_daemon.metric("lengthwise_jobs_finished_total") == finished + 12
 
 
 @pytest.mark.engine
 def test_bench_compare_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`bench compare --repeats 2` starts the system on the real engine twice, drives it
-    (bench run's driver, as against the sim daemon above), stops it, and writes every run, the medians with min-max, the table and the plots, with
-    who used the CPU during each run."""
+    """`bench compare` starts the system on the real engine, drives it (bench run's driver,
+    as against the sim daemon above), stops it, and writes the run, its aggregate, the table
+    and the plots, with who used the CPU during the run. (Repetitions' order and their
+    medians with min-max: tests/bench/test_compare.py.)"""
     import msgspec
 
     from bench.compare import CompareResults
 
     out = tmp_path / "cmp"
     code = main(["compare", "--model", str(TINY), "--systems", "lengthwise:fcfs",
-                 "--rates", "20", "--num", "6", "--repeats", "2", "--lengths",
+                 "--rates", "20", "--num", "6", "--repeats", "1", "--lengths",
                  f"records:{_records(tmp_path, 6)}", "--out", str(out)])
     assert code == 0
     results = msgspec.json.decode((out / "results.json").read_bytes(), type=CompareResults)
     assert [(r.system, r.rate, r.repeat) for r in results.runs] == [
-        ("lengthwise:fcfs", 20.0, 0), ("lengthwise:fcfs", 20.0, 1)]
+        ("lengthwise:fcfs", 20.0, 0)]
     for run in results.runs:
         assert run.summary.n_completed == 6 and run.summary.n_failed == 0
         assert run.summary.throughput_tps > 0
@@ -86,9 +90,9 @@ def test_bench_compare_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
         # the clock learned over the run, and at its end (bench/learned.py)
         assert Path(run.learned_profile).is_file()
         assert Path(run.learned_profile.removesuffix(".json") + "-end.json").is_file()
-    assert len(results.startup_s["lengthwise:fcfs"]) == 2
+    assert len(results.startup_s["lengthwise:fcfs"]) == 1
     assert all(s > 0 for s in results.startup_s["lengthwise:fcfs"])
-    assert [(a.rate, a.repeats) for a in results.aggregates] == [(20.0, 2)]
+    assert [(a.rate, a.repeats) for a in results.aggregates] == [(20.0, 1)]
     for agg in results.aggregates:
         jct = agg.spread["mean_jct"]
         assert jct.min <= agg.summary.mean_jct == jct.median <= jct.max
@@ -103,6 +107,7 @@ def test_vllm_client_against_sim_daemon(sim_daemon: DaemonProcess, tmp_path: Pat
     lengths, Gamma arrivals) and its saved per-request times come back as our results."""
     from bench import vllm_client, workload
 
+    finished = sim_daemon.metric("lengthwise_jobs_finished_total")
     spec = workload.WorkloadSpec(arrivals="gamma", cv=2.0, rate=20.0, num=12, seed=1,
                                  lengths=f"records:{_records(tmp_path)}", tokenizer=str(TINY))
     requests = workload.build(spec)
@@ -116,7 +121,7 @@ def test_vllm_client_against_sim_daemon(sim_daemon: DaemonProcess, tmp_path: Pat
     assert all(0 < r.ttft_s <= r.jct_s for r in results)
     sent = [json.loads(line) for line in (tmp_path / "vc" / "t.jsonl").read_text().splitlines()]
     assert sent[0]["prompt"].startswith("run 1. tell me about item")
-    assert sim_daemon.metric("lengthwise_jobs_finished_total") == 12
+    assert sim_daemon.metric("lengthwise_jobs_finished_total") == finished + 12
 
 
 def test_vllm_client_burstiness_is_the_gamma_shape() -> None:

@@ -3,33 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from daemon.core.events import Stopped
 from daemon.core.job import Job, SamplingSpec, StopRequest
 from daemon.core.stream import OutputStream
 from daemon.tokenizer import Tokenizer
-from tests.executors.driver import Driver, float32_engine
+from tests.executors.driver import Driver
 
 pytestmark = pytest.mark.engine
 
 
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def engine(smollm2_model: Path) -> AsyncIterator[tuple[Driver, Tokenizer]]:
-    async with float32_engine(smollm2_model) as driver:
-        yield driver, Tokenizer(str(smollm2_model))
+@pytest.fixture(scope="module")
+def engine(smollm2_engine: Driver, smollm2_model: Path) -> tuple[Driver, Tokenizer]:
+    return smollm2_engine, Tokenizer(str(smollm2_model))  # shared with test_resume_semantics
 
 
-def _job(tokenizer: Tokenizer, job_id: str, max_tokens: int = 64) -> Job:
+def _job(tokenizer: Tokenizer, job_id: str, max_tokens: int = 40) -> Job:
     prompt = tokenizer.encode_chat([{"role": "user", "content": "Tell me about the Moon."}])
     return Job(job_id, prompt, SamplingSpec(max_tokens=max_tokens, temperature=0.0), 0.0)
 
 
-@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.asyncio(loop_scope="session")
 async def test_preempt_and_resume_give_the_uninterrupted_tokens(
         engine: tuple[Driver, Tokenizer]) -> None:
     driver, tokenizer = engine
@@ -38,7 +35,7 @@ async def test_preempt_and_resume_give_the_uninterrupted_tokens(
 
     cut = _job(tokenizer, "cut")
     contexts = []  # prompt + output at each resume
-    for stop_at in (5, 23, 40):  # three preemptions at different depths
+    for stop_at in (4, 15, 28):  # three preemptions at different depths
         if cut.num_generated_tokens:
             contexts.append(len(cut.prompt_token_ids) + cut.num_generated_tokens)
         driver.launch(cut)
@@ -48,7 +45,7 @@ async def test_preempt_and_resume_give_the_uninterrupted_tokens(
     contexts.append(len(cut.prompt_token_ids) + cut.num_generated_tokens)
     assert await driver.run(cut) == Stopped("cpu-0", "cut", "length")
     assert cut.generated_token_ids == whole.generated_token_ids
-    assert len(cut.generated_token_ids) == 64
+    assert len(cut.generated_token_ids) == 40
     assert await driver.text(cut) == await driver.text(whole)  # detokenized across resumes
     # Every resume reported its context (shorter than one 128-token block here: the
     # prefix cache holds only whole blocks, so all of it was prefilled again).
@@ -57,7 +54,7 @@ async def test_preempt_and_resume_give_the_uninterrupted_tokens(
     assert all(0 < recomputed <= context for context, recomputed in resumes)
 
 
-@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.asyncio(loop_scope="session")
 async def test_token_budget_yields_then_completes(engine: tuple[Driver, Tokenizer]) -> None:
     driver, tokenizer = engine
     job = _job(tokenizer, "sliced", max_tokens=30)
@@ -68,7 +65,7 @@ async def test_token_budget_yields_then_completes(engine: tuple[Driver, Tokenize
     assert job.num_generated_tokens == 30 and job.num_dispatches == 4
 
 
-@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.asyncio(loop_scope="session")
 async def test_abort_stops_the_engine_request(engine: tuple[Driver, Tokenizer]) -> None:
     driver, tokenizer = engine
     job = _job(tokenizer, "aborted", max_tokens=500)
@@ -91,13 +88,13 @@ class _BrokenStream(OutputStream):
         return super().push(text, token_ids)
 
 
-@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.asyncio(loop_scope="session")
 async def test_a_failure_in_one_jobs_output_ends_that_job_only(
         engine: tuple[Driver, Tokenizer]) -> None:
     # Outputs are handled inside vLLM's output task, which every request depends on: an
     # error there must end the one job, not the task (nor restart the engine).
     driver, tokenizer = engine
-    broken, fine = _job(tokenizer, "broken", max_tokens=40), _job(tokenizer, "fine", 40)
+    broken, fine = _job(tokenizer, "broken", max_tokens=16), _job(tokenizer, "fine", 16)
     driver.streams["broken"] = _BrokenStream()
     driver.launch(broken)
     driver.launch(fine)
@@ -105,6 +102,6 @@ async def test_a_failure_in_one_jobs_output_ends_that_job_only(
     assert stops["broken"].finish_reason is None
     assert stops["broken"].error == "internal error: broken stream"
     assert stops["fine"] == Stopped("cpu-0", "fine", "length")
-    assert fine.num_generated_tokens == 40
+    assert fine.num_generated_tokens == 16
     assert driver.executor.engine_problem() is None  # still serving, never restarted
     assert await driver.run(_job(tokenizer, "after", 8)) == Stopped("cpu-0", "after", "length")

@@ -14,9 +14,11 @@ import pytest_asyncio
 
 from bench.malformed import Case, corpus
 from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig
+from daemon.service import Service
 from tests.support import in_process
 
-pytestmark = pytest.mark.asyncio
+# One daemon for the module (each request is refused or served on its own).
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 MODEL = "smollm2-135m-instruct"
 HELLO = [{"role": "user", "content": "hello"}]
@@ -35,14 +37,20 @@ HARMLESS = [
 ]
 
 
-@pytest_asyncio.fixture
-async def http(smollm2_model: Path) -> AsyncIterator[httpx.AsyncClient]:
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def served(smollm2_model: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
     config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=512),
                     engine=EngineConfig(kind="sim", max_num_seqs=2),
                     scheduler=SchedulerConfig(max_running=2))
-    async with in_process(config) as (client, service):
-        yield client
-        assert service.scheduler.num_jobs == 0  # no refused request left a job behind
+    async with in_process(config) as both:
+        yield both
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def http(served: tuple[httpx.AsyncClient, Service]) -> AsyncIterator[httpx.AsyncClient]:
+    client, service = served
+    yield client
+    assert service.scheduler.num_jobs == 0  # no refused request left a job behind
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])

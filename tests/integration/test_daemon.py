@@ -44,13 +44,13 @@ def test_openai_client_streams_a_chat_completion(smollm2_daemon: DaemonProcess) 
 def test_stream_and_non_stream_agree_under_greedy(smollm2_daemon: DaemonProcess) -> None:
     c = client(smollm2_daemon)
     messages = [{"role": "user", "content": "Write a short poem about the sea."}]
-    whole = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=48,
+    whole = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=24,
                                       temperature=0)
     streamed = "".join(chunk.choices[0].delta.content or "" for chunk in
-                       c.chat.completions.create(model=MODEL, messages=messages, max_tokens=48,
+                       c.chat.completions.create(model=MODEL, messages=messages, max_tokens=24,
                                                  temperature=0, stream=True) if chunk.choices)
     assert whole.choices[0].message.content == streamed
-    assert whole.usage is not None and whole.usage.completion_tokens == 48
+    assert whole.usage is not None and whole.usage.completion_tokens == 24
 
 
 def test_completions_stream_and_non_stream(smollm2_daemon: DaemonProcess) -> None:
@@ -139,7 +139,7 @@ def test_disconnect_while_waiting_for_a_whole_answer_aborts_it(
 async def _one_stream(c: openai.AsyncOpenAI, i: int) -> tuple[str, str | None]:
     stream = await c.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": f"Count to {i + 3}."}],
-        max_tokens=40, stream=True, temperature=0, extra_body={"ignore_eos": True})
+        max_tokens=16, stream=True, temperature=0, extra_body={"ignore_eos": True})
     pieces, finish = [], None
     async for chunk in stream:
         if chunk.choices:
@@ -164,7 +164,7 @@ def test_sighup_reload_changes_a_live_parameter_mid_stream(
         smollm2_daemon: DaemonProcess) -> None:
     config = smollm2_daemon.config_path
     original = config.read_text()
-    body = {"model": MODEL, "messages": QUESTION, "stream": True, "max_tokens": 120,
+    body = {"model": MODEL, "messages": QUESTION, "stream": True, "max_tokens": 48,
             "ignore_eos": True, "stream_options": {"include_usage": True}}
     live = _config_sha256(smollm2_daemon)
     try:
@@ -176,7 +176,7 @@ def test_sighup_reload_changes_a_live_parameter_mid_stream(
             smollm2_daemon.signal(signal.SIGHUP)
             rest = [line for line in lines if line]
         assert rest[-1] == "data: [DONE]"
-        assert "\"completion_tokens\":120" in rest[-2]
+        assert "\"completion_tokens\":48" in rest[-2]
         assert "\"finish_reason\":\"length\"" in rest[-3]
         _wait_for_metric(smollm2_daemon, "lengthwise_max_running", 2)
         reloaded = _config_sha256(smollm2_daemon)  # lengthwise_config_info follows it

@@ -26,7 +26,8 @@ BLOCK = 128  # the CPU engine's KV block, tokens
 # ~340 prompt tokens (two whole blocks and more, so the store has something to hold) of a
 # pattern whose continuation depends on every line before it.
 PROMPT = "".join(f"{n}. {n} times {n + 3} is {n * (n + 3)}.\n" for n in range(1, 31))
-LONG_TOKENS = 160
+LONG_TOKENS = 64
+CUT_AFTER = 24  # tokens the long job streams before the short one arrives
 # The engine runs one job at a time; prefix caching is off, so every cached token a
 # resumed job reports came from kvstore. Every job gets the fallback prediction capped by
 # its budget (no predictor), so the 4-token job is the short one for alise.
@@ -95,7 +96,7 @@ def test_preempted_job_resumes_from_kvstore_with_the_uninterrupted_answer(
 
     streaming = threading.Event()
     with ThreadPoolExecutor(2) as pool:
-        long = pool.submit(_complete, url, PROMPT, LONG_TOKENS, streaming, 40)
+        long = pool.submit(_complete, url, PROMPT, LONG_TOKENS, streaming, CUT_AFTER)
         assert streaming.wait(60)
         short = pool.submit(_complete, url, "The capital of France is", 4)
         assert short.result(timeout=60)
@@ -110,7 +111,7 @@ def test_preempted_job_resumes_from_kvstore_with_the_uninterrupted_answer(
     loaded = daemon.metric("lengthwise_kvstore_loaded_tokens_total")
     resumes = daemon.metric("lengthwise_resume_total")
     recomputed = daemon.metric("lengthwise_resume_recomputed_tokens_total")
-    # The preempted context (prompt + >= 40 tokens: at least 2 blocks), its partial last
+    # The preempted context (prompt + >= CUT_AFTER tokens: at least 2 blocks), its partial last
     # block included.
     assert saved >= 2 * BLOCK and loaded >= 2 * BLOCK
     assert resumes >= 1
@@ -122,7 +123,7 @@ def test_preempted_job_resumes_from_kvstore_with_the_uninterrupted_answer(
                if line.startswith("lengthwise_resume_total{") and 'kv="offloaded"' in line
                ) == resumes, daemon.log()
     assert 0 < recomputed <= resumes * BLOCK
-    # The resumed context: the prompt and the >= 40 tokens generated before the preemption.
+    # The resumed context: the prompt and the >= CUT_AFTER tokens generated before the preemption.
     assert daemon.metric("lengthwise_resume_context_tokens_total") >= loaded + recomputed
     assert daemon.metric("lengthwise_kvstore_bytes") > 0
     assert daemon.metric("lengthwise_kvstore_evicted_tokens_total") == 0

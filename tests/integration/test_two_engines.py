@@ -25,6 +25,15 @@ pytestmark = pytest.mark.engine
 _PROBE_S = 0.05  # period of the loop-lag probe while the engines load
 
 
+def _engine_workers() -> dict[int, psutil.Process]:
+    """The vLLM model workers this process started, by pid (not those of the session's daemon
+    fixtures' `lengthwise serve` subprocesses, which have engines of their own)."""
+    ours = [c for c in psutil.Process().children()
+            if "lengthwise serve" not in " ".join(c.cmdline())]
+    return {p.pid: p for c in ours for p in (c, *c.children(recursive=True))
+            if "VLLM::Worker" in " ".join(p.cmdline())}
+
+
 async def _max_loop_lag(stop: asyncio.Event) -> float:
     loop, worst = asyncio.get_running_loop(), 0.0
     while not stop.is_set():
@@ -35,14 +44,16 @@ async def _max_loop_lag(stop: asyncio.Event) -> float:
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def two_engines() -> AsyncIterator[tuple[Service, float, float]]:
-    """The started service, the event loop's worst lag while it started, and how long
-    starting took (seconds)."""
+async def two_engines() -> AsyncIterator[tuple[Service, float, float, list[psutil.Process]]]:
+    """The started service, the event loop's worst lag while it started, how long starting
+    took (seconds), and its engines' model workers (an engine of another test in this
+    process, such as the session's SmolLM2 one, is not among them)."""
     config = Config(model=ModelConfig(path=str(TINY), max_model_len=4096),
                     engine=EngineConfig(devices=["cpu:0", "cpu:1"], max_num_seqs=4,
                                         vllm_args={"dtype": "float32"}),
                     scheduler=SchedulerConfig(max_running=2),
                     predictor=PredictorConfig(path="none"))
+    before = _engine_workers()
     service = await Service.create(config)
     loop, stop = asyncio.get_running_loop(), asyncio.Event()
     probe = asyncio.create_task(_max_loop_lag(stop))
@@ -50,7 +61,8 @@ async def two_engines() -> AsyncIterator[tuple[Service, float, float]]:
     await service.start()
     took = loop.time() - started
     stop.set()
-    yield service, await probe, took
+    workers = [p for pid, p in _engine_workers().items() if pid not in before]
+    yield service, await probe, took, workers
     await service.scheduler.abort_all(timeout_s=10)
     await service.shutdown()
 
@@ -69,8 +81,8 @@ async def _finish(stream: OutputStream) -> JobEnd:
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_engines_load_concurrently_off_the_event_loop_on_their_cores(
-        two_engines: tuple[Service, float, float]) -> None:
-    service, worst_lag_s, took_s = two_engines
+        two_engines: tuple[Service, float, float, list[psutil.Process]]) -> None:
+    service, worst_lag_s, took_s, workers = two_engines
     # Loading took tens of seconds; built on the loop, it would have stalled it that long.
     # The loop's worst lag is held to a tenth of that, not to a fixed second: on a machine
     # shared with another test worker a starved probe measured 1.04 s in a 38.6 s load.
@@ -78,19 +90,13 @@ async def test_engines_load_concurrently_off_the_event_loop_on_their_cores(
     assert [ex.name for ex in service.executors] == ["cpu0-0", "cpu1-1"]
     # Each engine inherited its own binding although both were built at once: its model
     # worker runs on its core only.
-    # This process's own engines only: the session's daemon fixtures (`lengthwise serve`
-    # subprocesses, alive until the session ends) have engine workers of their own.
-    ours = [c for c in psutil.Process().children()
-            if "lengthwise serve" not in " ".join(c.cmdline())]
-    workers = [p for c in ours for p in (c, *c.children(recursive=True))
-               if "VLLM::Worker" in " ".join(p.cmdline())]
     assert sorted(p.cpu_affinity() for p in workers) == [[0], [1]]
 
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_both_serve_and_placement_follows_predicted_work(
-        two_engines: tuple[Service, float, float]) -> None:
-    service, _, _ = two_engines
+        two_engines: tuple[Service, float, float, list[psutil.Process]]) -> None:
+    service, _, _, _ = two_engines
     scheduler = service.scheduler
     long_job = _job(service, 3000)
     long_stream = service.submit(long_job)

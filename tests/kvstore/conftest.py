@@ -67,6 +67,12 @@ def _build(trace_path: Path, extra_config: dict[str, Any],
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    from daemon.executors import enginefork
+
+    # As the daemon starts CPU engines (start_method "forkserver"): forked from the worker's
+    # warm forkserver, which the other engine tests in this worker share, not spawned.
+    enginefork.use_forkserver()
+
     transfer = KVTransferConfig(
         kv_connector=connector[0], kv_role="kv_both",
         kv_connector_module_path=connector[1], kv_load_failure_policy="recompute",

@@ -1,5 +1,6 @@
 """Engine death on the real daemon: kill -9 the vLLM EngineCore mid-stream; the stream pauses
-and finishes whole, /health says which executor is down and comes back, nothing is lost."""
+and finishes whole, /health says which executor is down and comes back, nothing is lost; and
+an engine that cannot come back ends its jobs with an error and the daemon with exit 1."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -47,26 +49,45 @@ def _start(tmp_path: Path, model: Path, extra: str) -> DaemonProcess:
     return daemon
 
 
-def test_engine_kill_mid_stream_resumes(tmp_path: Path, tiny_model: Path) -> None:
-    daemon = _start(tmp_path, tiny_model, _HEALTH)
+def _kill_mid_stream(daemon: DaemonProcess, tokens: int, before_kill: Callable[[], object],
+                     after_kill: Callable[[], object]) -> list[str]:
+    """Stream a chat answer of `tokens` and kill the engine after its first chunk (calling
+    `before_kill`, then `after_kill`): the rest of the stream's lines."""
+    body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}],
+            "stream": True, "max_tokens": tokens, "ignore_eos": True,
+            "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", daemon.base_url + "/v1/chat/completions", json=body,
+                      timeout=180) as response:
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+        before_kill()
+        _engine_core(daemon).kill()
+        after_kill()
+        return [line for line in lines if line]
+
+
+def test_engine_kill_resumes_and_an_engine_that_cannot_restart_ends_jobs_and_exits_1(
+        tmp_path: Path, tiny_model: Path) -> None:
+    """One daemon, two engine deaths. The first mid-stream: the stream pauses and finishes
+    whole, a request sent while the engine is down waits and runs. Then the model folder
+    vanishes with the engine: restarts fail, the waiting stream ends with an OpenAI error
+    event, and the daemon exits 1 for systemd to restart it."""
+    model = tmp_path / "tiny-llama"
+    shutil.copytree(tiny_model, model)
+    daemon = _start(tmp_path, model, _HEALTH.replace(
+        "\n", "\nrestart_attempts = 2\nrestart_backoff_s = 0.2\n", 1))
     try:
-        body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}],
-                "stream": True, "max_tokens": 400, "ignore_eos": True,
-                "stream_options": {"include_usage": True}}
         late: list[httpx.Response] = []
-        with httpx.stream("POST", daemon.base_url + "/v1/chat/completions", json=body,
-                          timeout=180) as response:
-            lines = response.iter_lines()
-            assert next(lines).startswith("data: ")
-            _engine_core(daemon).kill()
+        sender = threading.Thread(target=lambda: late.append(httpx.post(
+            daemon.base_url + "/v1/completions", timeout=180,
+            json={"model": "tiny-llama", "prompt": "hello", "max_tokens": 8})))
+
+        def send_while_down() -> None:
             down = _wait_health(daemon, 503, 15).json()
             assert down["status"] == "engine down" and "cpu-0" in down["executors_down"]
-            # A request arriving while the engine is down waits, then runs.
-            sender = threading.Thread(target=lambda: late.append(httpx.post(
-                daemon.base_url + "/v1/completions", timeout=180,
-                json={"model": "tiny-llama", "prompt": "hello", "max_tokens": 8})))
-            sender.start()
-            rest = [line for line in lines if line]
+            sender.start()  # a request arriving while the engine is down waits, then runs
+
+        rest = _kill_mid_stream(daemon, 400, lambda: None, send_while_down)
         sender.join(180)
         assert rest[-1] == "data: [DONE]"
         assert not any('"error"' in line for line in rest), rest[-5:]
@@ -76,30 +97,13 @@ def test_engine_kill_mid_stream_resumes(tmp_path: Path, tiny_model: Path) -> Non
         assert late[0].json()["usage"]["completion_tokens"] == 8
         _wait_health(daemon, 200, 60)
         assert daemon.metric("lengthwise_engine_restarts_total") == 1
-    finally:
-        assert daemon.stop() == 0, daemon.log()
 
-
-def test_engine_that_cannot_restart_ends_jobs_cleanly_and_exits_1(tmp_path: Path,
-                                                                  tiny_model: Path) -> None:
-    """The model folder vanishes with the engine: restarts fail, the waiting stream ends
-    with an OpenAI error event, and the daemon exits 1 for systemd to restart it."""
-    model = tmp_path / "tiny-llama"
-    shutil.copytree(tiny_model, model)
-    daemon = _start(tmp_path, model, _HEALTH.replace(
-        "\n", "\nrestart_attempts = 2\nrestart_backoff_s = 0.2\n", 1))
-    try:
-        body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}],
-                "stream": True, "max_tokens": 1200, "ignore_eos": True}
-        with httpx.stream("POST", daemon.base_url + "/v1/chat/completions", json=body,
-                          timeout=120) as response:
-            lines = response.iter_lines()
-            assert next(lines).startswith("data: ")
-            shutil.rmtree(model)
-            _engine_core(daemon).kill()
-            rest = [line for line in lines if line]
+        # The restart's attempts count from the last token served: two more, both failing.
+        rest = _kill_mid_stream(daemon, 1200, lambda: shutil.rmtree(model), lambda: None)
         assert rest[-1] == "data: [DONE]"
-        error = json.loads(rest[-2].removeprefix("data: "))["error"]
+        # The error event ends the stream (a usage chunk may come between it and [DONE]).
+        ends = [json.loads(line.removeprefix("data: ")) for line in rest[-3:-1]]
+        error = next(end["error"] for end in ends if "error" in end)
         assert "could not be restarted after 2 attempts" in error["message"]
         assert error["type"] == "server_error"
         assert daemon.proc.wait(60) == 1

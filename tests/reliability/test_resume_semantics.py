@@ -5,15 +5,13 @@ the same place with the same text, and logprobs neither get lost nor repeat acro
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from daemon.core.job import Job, SamplingSpec, StopRequest
 from daemon.tokenizer import Tokenizer
-from tests.executors.driver import Driver, float32_engine
+from tests.executors.driver import Driver
 from tests.support import read_to_end
 
 pytestmark = pytest.mark.engine
@@ -22,36 +20,36 @@ Engine = tuple[Driver, list[int]]
 PENALTIES = {"presence_penalty": 0.8, "frequency_penalty": 0.6}
 
 
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def engine(smollm2_model: Path) -> AsyncIterator[Engine]:
-    async with float32_engine(smollm2_model) as driver:
-        prompt = Tokenizer(str(smollm2_model)).encode_chat(
-            [{"role": "user", "content": "List ten fruits and say one thing about each."}])
-        yield driver, prompt
+@pytest.fixture(scope="module")
+def engine(smollm2_engine: Driver, smollm2_model: Path) -> Engine:
+    """The engine shared with tests/executors/test_vllm.py (job ids here start "rs-")."""
+    prompt = Tokenizer(str(smollm2_model)).encode_chat(
+        [{"role": "user", "content": "List ten fruits and say one thing about each."}])
+    return smollm2_engine, prompt
 
 
 def _job(prompt: list[int], job_id: str, max_tokens: int, **sampling: object) -> Job:
     spec = SamplingSpec(max_tokens=max_tokens, temperature=0.0, **sampling)  # type: ignore[arg-type]
-    return Job(job_id, prompt, spec, 0.0)
+    return Job(f"rs-{job_id}", prompt, spec, 0.0)
 
 
-@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.asyncio(loop_scope="session")
 async def test_penalties_count_the_tokens_before_a_preemption(engine: Engine) -> None:
     driver, prompt = engine
-    plain = _job(prompt, "plain", 80)
-    whole = _job(prompt, "whole", 80, **PENALTIES)
+    plain = _job(prompt, "plain", 48)
+    whole = _job(prompt, "whole", 48, **PENALTIES)
     assert (await driver.run(plain)).finish_reason == "length"
     assert (await driver.run(whole)).finish_reason == "length"
     # The penalties change this answer, so a resume that forgot them would show.
     assert whole.generated_token_ids != plain.generated_token_ids
 
-    cut = _job(prompt, "cut", 80, **PENALTIES)
-    for stop_at in (6, 25, 50):  # three preemptions at different depths
+    cut = _job(prompt, "cut", 48, **PENALTIES)
+    for stop_at in (5, 18, 32):  # three preemptions at different depths
         driver.launch(cut)
         await driver.wait_tokens(cut, stop_at)
         driver.stop(cut, StopRequest.PREEMPT)
         assert (await driver.next_stop()).finish_reason is None  # cut early
-    assert cut.num_generated_tokens < 80
+    assert cut.num_generated_tokens < 48
     assert (await driver.run(cut)).finish_reason == "length"
     assert cut.generated_token_ids == whole.generated_token_ids
     assert await driver.text(cut) == await driver.text(whole)
@@ -65,23 +63,23 @@ def _straddling_stop(full: str, head: str) -> str:
     return stop
 
 
-@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.asyncio(loop_scope="session")
 async def test_stop_string_across_the_cut_is_found(engine: Engine) -> None:
     driver, prompt = engine
-    reference, head = _job(prompt, "reference", 60), _job(prompt, "head", 24)
+    reference, head = _job(prompt, "reference", 40), _job(prompt, "head", 16)
     await driver.run(reference)
     await driver.run(head)
     full, head_text = await driver.text(reference), await driver.text(head)
     stop = _straddling_stop(full, head_text)
 
-    whole = _job(prompt, "whole-stop", 60, stop=(stop,))
+    whole = _job(prompt, "whole-stop", 40, stop=(stop,))
     assert (await driver.run(whole)).finish_reason == "stop"
     assert await driver.text(whole) == full[:len(head_text) - 3]
 
-    cut = _job(prompt, "cut-stop", 60, stop=(stop,))
-    # A slice of 24 tokens: the engine ends it ("length") with budget left, so it goes on.
-    assert (await driver.run(cut, budget=24)).finish_reason == "length"
-    assert cut.num_generated_tokens == 24
+    cut = _job(prompt, "cut-stop", 40, stop=(stop,))
+    # A slice of 16 tokens: the engine ends it ("length") with budget left, so it goes on.
+    assert (await driver.run(cut, budget=16)).finish_reason == "length"
+    assert cut.num_generated_tokens == 16
     assert (await driver.run(cut)).finish_reason == "stop"
     assert await driver.text(cut) == full[:len(head_text) - 3]
     assert cut.generated_token_ids == whole.generated_token_ids
@@ -95,7 +93,7 @@ async def _read(driver: Driver, job: Job) -> tuple[list[int], list[list[tuple[in
     return ids, positions
 
 
-@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.asyncio(loop_scope="session")
 async def test_logprobs_survive_preemptions_without_loss_or_repeat(engine: Engine) -> None:
     """Greedy with top-2 logprobs, repetition penalty, top_k, min_p and a stop token id:
     three preemptions give the same tokens and the same logprobs (1e-3) as no preemption,
@@ -103,10 +101,10 @@ async def test_logprobs_survive_preemptions_without_loss_or_repeat(engine: Engin
     driver, prompt = engine
     extra = {"logprobs": 2, "prompt_logprobs": 1, "repetition_penalty": 1.3, "top_k": 5,
              "min_p": 0.01, "stop_token_ids": (13,)}
-    whole = _job(prompt, "lp-whole", 60, **extra)
+    whole = _job(prompt, "lp-whole", 40, **extra)
     await driver.run(whole)
-    cut = _job(prompt, "lp-cut", 60, **extra)
-    for stop_at in (3, 15, 30):
+    cut = _job(prompt, "lp-cut", 40, **extra)
+    for stop_at in (3, 12, 24):
         driver.launch(cut)
         await driver.wait_tokens(cut, stop_at)
         driver.stop(cut, StopRequest.PREEMPT)

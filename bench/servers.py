@@ -187,7 +187,9 @@ class Counters(NamedTuple):
     # "held:REASON" (lengthwise_admission_held_total: decision rounds that left the next
     # job waiting with room for it now, by the rule that held it), "ttft_s:PHASE" and
     # "ttft_n:PHASE" (lengthwise_ttft_phase_seconds' sum and count: predict, queue,
-    # engine), "shadow:OUTCOME" (lengthwise_slo_shadow_refusals_total: met, missed).
+    # engine), "shadow:OUTCOME" (lengthwise_slo_shadow_refusals_total: met, missed),
+    # "lag:LE" (lengthwise_event_loop_lag_seconds' buckets: probes of the event loop, every
+    # 0.1 s, that fired at most LE seconds late; "lag:+Inf" counts them all).
     waits: dict[str, float]
 
     def __sub__(self, before: Counters) -> Counters:  # type: ignore[override]
@@ -204,7 +206,8 @@ def _waits(text: str) -> dict[str, float]:
             ("held", "lengthwise_admission_held_total", "reason"),
             ("ttft_s", "lengthwise_ttft_phase_seconds_sum", "phase"),
             ("ttft_n", "lengthwise_ttft_phase_seconds_count", "phase"),
-            ("shadow", "lengthwise_slo_shadow_refusals_total", "outcome")):
+            ("shadow", "lengthwise_slo_shadow_refusals_total", "outcome"),
+            ("lag", "lengthwise_event_loop_lag_seconds_bucket", "le")):
         for value, count in promtext.by_label(text, name, label).items():
             waits[f"{prefix}:{value}"] = count
     return waits
@@ -212,7 +215,8 @@ def _waits(text: str) -> dict[str, float]:
 
 def describe_waits(waits: dict[str, float]) -> str:
     """"; held: wait-is-cheaper 120, policy 3; to first token: predict 12 / queue 840 /
-    engine 310 ms mean; shadow refusals: met 2, missed 9" ("" where nothing was counted)."""
+    engine 310 ms mean; shadow refusals: met 2, missed 9; event loop late > 25 ms 14, > 50 ms
+    3, > 100 ms 0 of 2400 probes" ("" where nothing was counted)."""
     parts = []
     held = {k[5:]: v for k, v in waits.items() if k.startswith("held:") and v}
     if held:
@@ -226,6 +230,10 @@ def describe_waits(waits: dict[str, float]) -> str:
     if shadow:
         parts.append("shadow refusals: " + ", ".join(f"{k} {v:g}"
                                                      for k, v in sorted(shadow.items())))
+    if probes := waits.get("lag:+Inf", 0.0):
+        parts.append("event loop late " + ", ".join(
+            f"> {1000 * float(le):g} ms {probes - waits.get(f'lag:{le}', probes):g}"
+            for le in ("0.025", "0.05", "0.1")) + f" of {probes:g} probes")
     return "".join(f"; {part}" for part in parts)
 
 

@@ -43,6 +43,12 @@ class DecodeSpeed(msgspec.Struct, frozen=True, kw_only=True):
     batch: float  # median number of requests decoding at a gap
     gaps: int
     bins: list[Bin]
+    # The stalls left out: how many, their seconds summed, the longest. A request paused
+    # (preempted and waiting, or behind a long prefill) shows here, not in step_s; its TPOT
+    # pays for it.
+    stalls: int = 0
+    stall_s: float = 0.0
+    longest_stall_s: float = 0.0
 
 
 def _gaps(saved: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -78,15 +84,19 @@ def decode_speed(saved: dict) -> DecodeSpeed | None:
         return None
     batch = np.maximum(_decoding(saved, ends - gaps / 2), 1)
     index = np.ceil(np.log2(batch)).astype(int)
-    bins, kept = [], []
+    bins, kept, stalled = [], [], []
     for i in np.unique(index):
         mine = gaps[index == i]
-        steps = mine[mine <= STALL * np.median(mine)]
+        steady = mine <= STALL * np.median(mine)
+        steps = mine[steady]
         bins.append(Bin(batch=int(2 ** i), step_s=float(steps.mean()), gaps=len(steps)))
         kept.append(steps)
-    every = np.concatenate(kept)
+        stalled.append(mine[~steady])
+    every, stalls = np.concatenate(kept), np.concatenate(stalled)
     return DecodeSpeed(step_s=float(every.mean()), batch=float(np.median(batch)),
-                       gaps=len(every), bins=bins)
+                       gaps=len(every), bins=bins, stalls=len(stalls),
+                       stall_s=float(stalls.sum()),
+                       longest_stall_s=float(stalls.max()) if len(stalls) else 0.0)
 
 
 def from_result_file(path: Path) -> DecodeSpeed | None:
@@ -115,3 +125,29 @@ def speed_ratio(base: DecodeSpeed, other: DecodeSpeed, min_gaps: int = MIN_GAPS
 def flagged(ratio: float, limit: float = FLAG_RATIO) -> bool:
     """Engine speeds differ by more than `limit` either way."""
     return not (1 - limit) <= ratio <= (1 + limit)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.enginespeed RESULT.json...`: each saved run's step time, its stalls."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.enginespeed",
+                                     description="Step time and stalls of runs vLLM's client "
+                                     "saved (--save-detailed), such as a sweep's "
+                                     "OUT/vllm-client/*.result.json.")
+    parser.add_argument("results", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    print("| run | step (ms) | batch | gaps | stalls | stalled (s) | longest (s) |")
+    print("|---|---|---|---|---|---|---|")
+    for path in args.results:
+        speed = from_result_file(path)
+        if speed is None:
+            print(f"| {path.name} | – | – | 0 | – | – | – |")
+            continue
+        print(f"| {path.name} | {speed.step_s * 1000:.2f} | {speed.batch:g} | {speed.gaps} | "
+              f"{speed.stalls} | {speed.stall_s:.1f} | {speed.longest_stall_s:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

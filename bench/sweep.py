@@ -249,7 +249,9 @@ def describe(run: SweepRun) -> str:
     s = run.summary
     att = "" if run.attainment is None else f", attainment {run.attainment:.1%}"
     step = ("" if run.speed is None else
-            f", step {run.speed.step_s * 1000:.2f} ms at batch {run.speed.batch:g}")
+            f", step {run.speed.step_s * 1000:.2f} ms at batch {run.speed.batch:g}, stalls "
+            f"{run.speed.stalls} ({run.speed.stall_s:.1f} s, longest "
+            f"{run.speed.longest_stall_s:.2f} s)")
     cpu = f"; {run.cpu.describe()}" if run.cpu else ""
     return (f"{run.system:>20} @ {run.load:g}x ({run.rate:.3g} req/s) #{run.repeat + 1}: "
             f"TTFT {s.mean_ttft * 1000:.0f} / p99 {s.p99_ttft * 1000:.0f} ms, "

@@ -42,6 +42,8 @@ def test_steps_are_timed_per_batch_and_stalls_are_left_out() -> None:
     assert bins[1].step_s == pytest.approx(0.01) and bins[1].gaps == 60
     assert bins[4].step_s == pytest.approx(0.02) and bins[4].gaps == 4 * 29  # stalls out
     assert speed.gaps == 60 + 116 and speed.batch == 4.0
+    # the stalls left out are counted: 4 requests paused 1 s each
+    assert (speed.stalls, speed.stall_s, speed.longest_stall_s) == (4, pytest.approx(4.0), 1.0)
     assert decode_speed(_saved([(0.0, 0.05, [])])) is None  # one-token answers: no steps
 
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from bench import promtext
-from daemon.config import Config
+from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig
 from daemon.core.stream import JobEnd, OutputStream, TokenDelta
 from daemon.http.app import build_app
 from daemon.service import Service
@@ -46,6 +46,14 @@ async def in_process(config: Config) -> AsyncIterator[tuple[httpx.AsyncClient, S
             yield http, service
     finally:
         await service.shutdown()
+
+
+def sim_config(model: Path, max_model_len: int) -> Config:
+    """The daemon on the simulated engine (2 slots) with `model`'s tokenizer: for tests of
+    the HTTP layer in-process."""
+    return Config(model=ModelConfig(path=str(model), max_model_len=max_model_len),
+                  engine=EngineConfig(kind="sim", max_num_seqs=2),
+                  scheduler=SchedulerConfig(max_running=2))
 
 
 def free_port() -> int:

@@ -13,9 +13,8 @@ import pytest
 import pytest_asyncio
 
 from bench.malformed import Case, corpus
-from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig
 from daemon.service import Service
-from tests.support import in_process
+from tests.support import in_process, sim_config
 
 # One daemon for the module (each request is refused or served on its own).
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -39,10 +38,7 @@ HARMLESS = [
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def served(smollm2_model: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
-    config = Config(model=ModelConfig(path=str(smollm2_model), max_model_len=512),
-                    engine=EngineConfig(kind="sim", max_num_seqs=2),
-                    scheduler=SchedulerConfig(max_running=2))
-    async with in_process(config) as both:
+    async with in_process(sim_config(smollm2_model, 512)) as both:
         yield both
 
 

@@ -14,11 +14,10 @@ import msgspec
 import pytest
 import pytest_asyncio
 
-from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig
 from daemon.core.job import SamplingSpec, StructuredSpec
 from daemon.http.prompt_render import sampling
 from daemon.service import Service
-from tests.support import in_process
+from tests.support import in_process, sim_config
 
 ASYNC = pytest.mark.asyncio(loop_scope="module")
 MODEL = "tiny-llama"
@@ -32,10 +31,7 @@ FIELDS = {"request_id", "token_ids", "token_offsets", "features", "content_parts
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def served(tiny_model: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
-    config = Config(model=ModelConfig(path=str(tiny_model), max_model_len=64),
-                    engine=EngineConfig(kind="sim", max_num_seqs=2),
-                    scheduler=SchedulerConfig(max_running=2))
-    async with in_process(config) as both:
+    async with in_process(sim_config(tiny_model, 64)) as both:
         yield both
 
 

@@ -49,13 +49,17 @@ def _start(tmp_path: Path, model: Path, extra: str) -> DaemonProcess:
     return daemon
 
 
-def _kill_mid_stream(daemon: DaemonProcess, tokens: int, before_kill: Callable[[], object],
-                     after_kill: Callable[[], object]) -> list[str]:
-    """Stream a chat answer of `tokens` and kill the engine after its first chunk (calling
-    `before_kill`, then `after_kill`): the rest of the stream's lines."""
-    body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}],
-            "stream": True, "max_tokens": tokens, "ignore_eos": True,
-            "stream_options": {"include_usage": True}}
+def _kill_mid_stream(daemon: DaemonProcess, tokens: int, *, usage: bool,
+                     before_kill: Callable[[], object] = lambda: None,
+                     after_kill: Callable[[], object] = lambda: None) -> list[str]:
+    """Stream a chat answer of `tokens` (with a last usage chunk if `usage`) and kill the
+    engine after its first chunk, between `before_kill` and `after_kill`: the rest of the
+    stream's lines."""
+    body: dict[str, object] = {
+        "model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}],
+        "stream": True, "max_tokens": tokens, "ignore_eos": True}
+    if usage:
+        body["stream_options"] = {"include_usage": True}
     with httpx.stream("POST", daemon.base_url + "/v1/chat/completions", json=body,
                       timeout=180) as response:
         lines = response.iter_lines()
@@ -87,7 +91,7 @@ def test_engine_kill_resumes_and_an_engine_that_cannot_restart_ends_jobs_and_exi
             assert down["status"] == "engine down" and "cpu-0" in down["executors_down"]
             sender.start()  # a request arriving while the engine is down waits, then runs
 
-        rest = _kill_mid_stream(daemon, 400, lambda: None, send_while_down)
+        rest = _kill_mid_stream(daemon, 400, usage=True, after_kill=send_while_down)
         sender.join(180)
         assert rest[-1] == "data: [DONE]"
         assert not any('"error"' in line for line in rest), rest[-5:]
@@ -99,11 +103,10 @@ def test_engine_kill_resumes_and_an_engine_that_cannot_restart_ends_jobs_and_exi
         assert daemon.metric("lengthwise_engine_restarts_total") == 1
 
         # The restart's attempts count from the last token served: two more, both failing.
-        rest = _kill_mid_stream(daemon, 1200, lambda: shutil.rmtree(model), lambda: None)
+        rest = _kill_mid_stream(daemon, 1200, usage=False,
+                                before_kill=lambda: shutil.rmtree(model))
         assert rest[-1] == "data: [DONE]"
-        # The error event ends the stream (a usage chunk may come between it and [DONE]).
-        ends = [json.loads(line.removeprefix("data: ")) for line in rest[-3:-1]]
-        error = next(end["error"] for end in ends if "error" in end)
+        error = json.loads(rest[-2].removeprefix("data: "))["error"]
         assert "could not be restarted after 2 attempts" in error["message"]
         assert error["type"] == "server_error"
         assert daemon.proc.wait(60) == 1

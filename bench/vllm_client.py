@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from bench import vllm_bench_serve
 from bench.metrics import RequestResult
 from bench.workload import Request
 
@@ -55,12 +56,13 @@ def served_model(base_url: str) -> str:
 # vLLM's client backends and the endpoint each sends to: streamed chat completions (what
 # `bench compare` uses), or its default, streamed completions (the prompt as raw text).
 ENDPOINTS = {"openai-chat": "/v1/chat/completions", "openai": "/v1/completions"}
+_CLIENT = [sys.executable, "-m", "bench.vllm_bench_serve"]
 
 
 def command(base_url: str, dataset: Path, result: Path, *, num: int, rate: float, cv: float,
             seed: int, natural: bool, tokenizer: Path, model: str,
             headers: dict[str, str] | None = None, backend: str = "openai-chat") -> list[str]:
-    cmd = [sys.executable, "-m", "bench.vllm_bench_serve",
+    cmd = [*_CLIENT,
            "--backend", backend, "--endpoint", ENDPOINTS[backend],
            "--base-url", base_url, "--model", model, "--tokenizer", str(tokenizer),
            "--dataset-name", "custom", "--dataset-path", str(dataset),
@@ -105,15 +107,35 @@ def run(base_url: str, requests: Sequence[Request], work_dir: Path, tag: str, *,
         max_model_len: int, headers: dict[str, str] | None = None,
         backend: str = "openai-chat") -> list[RequestResult]:
     """One run of vLLM's client against `base_url`; its log and result stay in work_dir."""
+    return run_each(base_url, requests, work_dir, {tag: backend}, rate=rate, cv=cv, seed=seed,
+                    natural=natural, salt=salt, tokenizer=tokenizer,
+                    max_model_len=max_model_len, headers=headers)[tag]
+
+
+def run_each(base_url: str, requests: Sequence[Request], work_dir: Path,
+             backends: dict[str, str], *, rate: float, cv: float, seed: int, natural: bool,
+             salt: str, tokenizer: Path, max_model_len: int,
+             headers: dict[str, str] | None = None) -> dict[str, list[RequestResult]]:
+    """Runs of vLLM's client, tag -> its backend, one after another in one process (its
+    import paid once); the log (of all) is the first tag's, each result its tag's."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    dataset, result = work_dir / f"{tag}.jsonl", result_path(work_dir, tag)
+    dataset = work_dir / f"{next(iter(backends))}.jsonl"
     write_dataset(requests, dataset, salt, natural, max_model_len)
-    cmd = command(base_url, dataset, result, num=len(requests), rate=rate, cv=cv, seed=seed,
-                  natural=natural, tokenizer=tokenizer, model=served_model(base_url),
-                  headers=headers, backend=backend)
-    with open(work_dir / f"{tag}.log", "w") as log:
+    model = served_model(base_url)
+    cmd: list[str] = []
+    for tag, backend in backends.items():
+        one = command(base_url, dataset, result_path(work_dir, tag), num=len(requests),
+                      rate=rate, cv=cv, seed=seed, natural=natural, tokenizer=tokenizer,
+                      model=model, headers=headers, backend=backend)
+        cmd += one if not cmd else [vllm_bench_serve.THEN, *one[len(_CLIENT):]]
+    log_path = work_dir / f"{next(iter(backends))}.log"
+    with open(log_path, "w") as log:
         done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
-    if done.returncode != 0 or not result.exists():
-        raise RuntimeError(f"vLLM's bench client failed (exit {done.returncode}): "
-                           f"see {work_dir / (tag + '.log')}")
-    return results_from(json.loads(result.read_text()), requests)
+    results = {}
+    for tag in backends:
+        result = result_path(work_dir, tag)
+        if done.returncode != 0 or not result.exists():
+            raise RuntimeError(f"vLLM's bench client failed (exit {done.returncode}): "
+                               f"see {log_path}")
+        results[tag] = results_from(json.loads(result.read_text()), requests)
+    return results

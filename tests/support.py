@@ -140,19 +140,22 @@ class DaemonProcess:
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
+    def reload(self, text: str, timeout_s: float = 30.0) -> None:
+        """Write `text` as the config and SIGHUP; return once the daemon has reloaded it."""
+        self.config_path.write_text(text)
+        seen = self.log().count("reloaded ")
+        self.signal(signal.SIGHUP)
+        deadline = time.monotonic() + timeout_s
+        while self.log().count("reloaded ") <= seen:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reload not seen:\n{self.log()}")
+            time.sleep(0.1)
+
     def reload_policy(self, policy: str, timeout_s: float = 30.0) -> None:
         """Rewrite the config's policy and SIGHUP; return once the daemon runs it."""
         text = self.config_path.read_text()
         head, tail = text.split('policy = "', 1)
-        self.config_path.write_text(head + f'policy = "{policy}' + tail[tail.index('"'):])
-        marker = f"(policy {policy},"
-        seen = self.log().count(marker)
-        self.signal(signal.SIGHUP)
-        deadline = time.monotonic() + timeout_s
-        while self.log().count(marker) <= seen:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reload to {policy} not seen:\n{self.log()}")
-            time.sleep(0.1)
+        self.reload(head + f'policy = "{policy}' + tail[tail.index('"'):], timeout_s)
 
     def stop(self, timeout_s: float = 60.0) -> int:
         if self.proc.poll() is None:

@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from bench import vllm_client
+from bench.metrics import RequestResult
 from bench.workload.spec import Message, Request
 from tests.support import SMOLLM2, DaemonProcess
 
@@ -110,15 +111,28 @@ def test_named_tool_choice_calls_the_tool(smollm2_daemon: DaemonProcess) -> None
     assert names == ["get_weather"] and json.loads(arguments) == whole
 
 
-@pytest.mark.parametrize("backend", ["openai", "openai-chat"])
-def test_vllm_bench_client_completes_every_request(smollm2_daemon: DaemonProcess,
-                                                   tmp_path: Path, backend: str) -> None:
+BACKENDS = ["openai", "openai-chat"]
+
+
+@pytest.fixture(scope="module")
+def bench_client_runs(smollm2_daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory
+                      ) -> tuple[Path, dict[str, list[RequestResult]]]:
+    """vLLM's bench client with each backend, one run after the other in one process."""
+    folder = tmp_path_factory.mktemp("vllm-bench-client")
     requests = [Request(k, 0.0, [Message("user", f"Tell me about the number {k}.")], 12, 8)
                 for k in range(6)]
-    results = vllm_client.run(smollm2_daemon.base_url, requests, tmp_path, backend,
-                              rate=float("inf"), cv=1.0, seed=0, natural=False, salt="",
-                              tokenizer=SMOLLM2, max_model_len=2048, backend=backend)
+    return folder, vllm_client.run_each(
+        smollm2_daemon.base_url, requests, folder, {b: b for b in BACKENDS}, rate=float("inf"),
+        cv=1.0, seed=0, natural=False, salt="", tokenizer=SMOLLM2, max_model_len=2048)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vllm_bench_client_completes_every_request(
+        bench_client_runs: tuple[Path, dict[str, list[RequestResult]]], backend: str) -> None:
+    folder, runs = bench_client_runs
+    results = runs[backend]
     assert len(results) == 6 and all(r.ok for r in results), [r.error for r in results]
     assert [r.output_tokens for r in results] == [8] * 6  # forced: ignore_eos
-    saved = json.loads((tmp_path / f"{backend}.result.json").read_text())
+    saved = json.loads((folder / f"{backend}.result.json").read_text())
     assert saved["completed"] == 6 and saved["failed"] == 0
+    assert saved["backend"] == backend

@@ -1,24 +1,26 @@
 """Latency objectives on the real engine (vLLM, tiny model, one slot): a request with an
 objective goes ahead of best-effort work that came first; one that cannot make its TTFT gets
 429 with Retry-After at once; a sheddable request gives its room to a more urgent one; and
-/metrics counts what the client saw."""
+/metrics counts what the client saw. On the session's policy daemon (tests/conftest.py),
+reloaded to fcfs with one running job, three waiting and a sheddable class, then back."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 import httpx
 import pytest
 
 from daemon.http.slo import DROPPED_HEADER, TTFT_HEADER
-from tests.support import TINY, DaemonProcess, running_daemon
+from tests.support import DaemonProcess
 
 pytestmark = pytest.mark.engine
 
-CLASSES = '[slo]\nclasses = { "5" = { sheddable = true } }\n'
+CLASSES = '\n[slo]\nclasses = { "5" = { sheddable = true } }\n'
+OUTCOMES = ("met", "missed", "refused", "shed")
 
 
 def _ask(tokens: int, priority: int = 0, text: str = "hello") -> dict[str, object]:
@@ -33,15 +35,33 @@ async def _wait_for(daemon: DaemonProcess, name: str, value: float, **labels: st
         await asyncio.sleep(0.05)
 
 
+def _one_slot(config: str) -> str:
+    """The policy daemon's config with fcfs, one running job, three waiting, a sheddable
+    class (the engine keeps its 4 seqs: with a fixed max_running it gets no spare job)."""
+    for old, new in [("max_running = 2", "max_running = 1"),
+                     ("max_waiting = 1024", "max_waiting = 3")]:
+        assert old in config
+        config = config.replace(old, new)
+    return config + CLASSES
+
+
 @pytest.mark.asyncio
-async def test_objectives_on_the_real_engine(tmp_path: Path) -> None:
-    with running_daemon(tmp_path, TINY, max_running=1, max_num_seqs=1, max_waiting=3,
-                        dtype="float32", extra=CLASSES) as daemon:
+async def test_objectives_on_the_real_engine(policy_daemon: Callable[[str], DaemonProcess]
+                                             ) -> None:
+    daemon = policy_daemon("fcfs")
+    shared = daemon.config_path.read_text()
+    before = {outcome: daemon.metric("lengthwise_slo_requests_total", outcome=outcome)
+              for outcome in OUTCOMES}
+    daemon.reload(_one_slot(shared))
+    try:
         async with httpx.AsyncClient(base_url=daemon.base_url, timeout=120) as http:
-            await _scenario(daemon, http)
+            await _scenario(daemon, http, before)
+    finally:
+        daemon.reload(shared)
 
 
-async def _scenario(daemon: DaemonProcess, http: httpx.AsyncClient) -> None:
+async def _scenario(daemon: DaemonProcess, http: httpx.AsyncClient,
+                    before: dict[str, float]) -> None:
     done: list[str] = []
 
     async def post(name: str, body: dict[str, object], **headers: str) -> httpx.Response:
@@ -94,6 +114,6 @@ async def _scenario(daemon: DaemonProcess, http: httpx.AsyncClient) -> None:
 
     # What the client saw, counted in /metrics.
     counts = {outcome: await asyncio.to_thread(
-        daemon.metric, "lengthwise_slo_requests_total", outcome=outcome)
-        for outcome in ("met", "missed", "refused", "shed")}
+        daemon.metric, "lengthwise_slo_requests_total", outcome=outcome) - before[outcome]
+        for outcome in OUTCOMES}
     assert counts == {"met": 1, "missed": 0, "refused": 1, "shed": 1}

@@ -37,19 +37,25 @@ class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     # x the jobs running together; without overtaking: it may wait this many typical
     # service times); 0 = only the absolute bound below. Lower: tail nearer FCFS's;
     # higher: mean nearer the policy's own.
-    # 0.5: "never worse than vLLM" first. In the simulator's memory-bound regime (tiny-engine
-    # profile, Gamma CV 2, 300 requests) ssjf's p99 JCT at 1.0x load was 1.21x FCFS's with
-    # 2.0, 1.05x with 1.0 and 1.02x with 0.5, its mean 0.82x / 0.86x / 0.90x
-    # (docs/results/2026-11-26-admission-sim.md).
-    slowdown: Annotated[float, _NonNegative] = 0.5
+    # 0.25: "never worse than vLLM" first. On the engine with 4 slots (3 repetitions, with
+    # preempt off), 1.0x load: p99 TTFT 0.95x and p99 JCT 1.01x vLLM's server's against
+    # 1.11x and 1.12x with 0.5 (docs/results/2026-11-27-aging-defaults-4-slots.md). In the
+    # simulator's memory-bound regime at ~1.05x: p99 JCT 1.00x FCFS's (0.5: 1.02x, 1.0:
+    # 1.05x, 2.0: 1.21x), mean 0.94x (0.5: 0.90x).
+    slowdown: Annotated[float, _NonNegative] = 0.25
     # Absolute backstop (s): no job waits longer than this in total, whatever its size.
     promote_after_s: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     # Seconds every job may wait before its bound applies (a floor, <= promote_after_s).
     min_wait_s: Annotated[float, _NonNegative, BENCH_KNOB] = 0.0
-    # A promoted job that finds no room (no free slot; under memory admission, no room for
-    # its KV) preempts the running job with the most predicted work left (if that is more
-    # than its own) among those whose leaving lets it start, for every policy.
-    preempt: Annotated[bool, BENCH_KNOB] = True
+    # On: a promoted job that finds no room (no free slot; under memory admission, no room
+    # for its KV) preempts the running job with the most predicted work left (if that is
+    # more than its own) among those whose leaving lets it start, for every policy. Off (the
+    # default): it takes the next room that frees, ahead of every other job. On the engine
+    # with 4 slots at 0.8x load, on paused a stopped job's stream 3-8 s (it waits again in
+    # the policy's order) and cost 1.04x vLLM's mean TPOT; off: 1.00x, no pause over 0.5 s
+    # (docs/results/2026-11-27-aging-defaults-4-slots.md); in the memory-bound simulator it
+    # acted 0-1 times in 300 requests.
+    preempt: Annotated[bool, BENCH_KNOB] = False
     # Before launching the policy's pick, check that no waiting job would then miss its
     # bound that it meets if jobs start in deadline order (the first 64 deadlines); if one
     # would, the earliest deadline goes first. Acts before a bound is missed, not after.

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.config import SchedulerConfig
+from daemon.config import AgingConfig, SchedulerConfig
 from daemon.core.admission import MIN_OBSERVED, Footprints, KVLedger
 from daemon.core.admission import fits_now as admission_fits_now
 from daemon.core.events import Capacity, Event, Launch, Predicted, Stopped, Tokens
@@ -24,15 +24,17 @@ from tests.core.fakes import AskedPredictor
 
 class Core:
     def __init__(self, lanes: int = 1, max_running: int | str = "auto",
-                 upper_factor: float = 2.0, admission: str = "peak", engine_queue: int = 0
-                 ) -> None:
+                 upper_factor: float = 2.0, admission: str = "peak", engine_queue: int = 0,
+                 aging_preempt: bool = False) -> None:
         """admission: "peak" (the projection alone, which most tests here are about) or
         "work-conserving" (the default); engine_queue: 0 (the count cap alone, which most
-        tests here are about) or the default 1."""
+        tests here are about) or the default 1; aging_preempt: whether a promoted job
+        preempts (off: the default)."""
         self.inbox: asyncio.Queue[Event] = asyncio.Queue()
         self.commands = [asyncio.Queue[object]() for _ in range(lanes)]
         config = SchedulerConfig(max_running=max_running, upper_factor=upper_factor,  # type: ignore[arg-type]
-                                 admission=admission, engine_queue=engine_queue)  # type: ignore[arg-type]
+                                 admission=admission, engine_queue=engine_queue,  # type: ignore[arg-type]
+                                 aging=AgingConfig(preempt=aging_preempt))
         self.core = Scheduler([Lane(f"e{i}", q, 8) for i, q in enumerate(self.commands)],
                               FCFS(), config, self.inbox)
         self.core.accepting = True

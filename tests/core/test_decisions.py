@@ -65,8 +65,9 @@ async def test_a_promoted_job_replaces_only_a_running_job_whose_leaving_lets_it_
     """big, promoted, does not fit beside a; backfill starts mid in memory big cannot use
     yet. Stopping mid (more work left than big) would not let big start: the next round's
     backfill would start mid again, and this rule stop it again, round after round with no
-    time passing (the simulator livelocked on it). Stopping a, if it may be, does."""
-    c = Core()
+    time passing (the simulator livelocked on it). Stopping a, if it may be, does (with
+    aging's preemption on: off, the default, big waits for room in any case)."""
+    c = Core(aging_preempt=True)
     c.capacity(blocks=20)
     a = job("a", upper=100.0)  # 32 + 100 tokens: 9 blocks; 60 tokens of work
     big = job("big", prompt=100, predicted=10.0, upper=150.0)  # 16 blocks, little work

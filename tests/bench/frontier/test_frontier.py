@@ -36,7 +36,8 @@ def test_calibrate_finds_the_rate_from_either_side() -> None:
 def test_frontier_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     records = long_and_short(tmp_path, 60, every=5, long=400, short=12)
     out = tmp_path / "f"
-    sjf = "scheduler.policy=oracle-sjf,scheduler.aging.promote_after_s="
+    # the absolute bound alone (slowdown 0), 1 s or 60 s
+    sjf = "scheduler.policy=oracle-sjf,scheduler.aging.slowdown=0,scheduler.aging.promote_after_s="
     assert main(["frontier", "--lengths", f"records:{records}", "--num", "60",
                  "--predictor", "oracle", "--calibrate", "2", "--out", str(out),
                  "--system", f"sjf-age1={sjf}1", "--system", f"sjf-age60={sjf}60"]) == 0

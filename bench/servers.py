@@ -88,32 +88,41 @@ def _free_port() -> int:
 
 
 # The tables _lengthwise_config writes itself: overrides of their keys go inside them (TOML
-# refuses a table defined twice).
+# refuses a table defined twice), and replace the keys it writes (a key defined twice too).
 _BASE_TABLES = ("server", "scheduler")
 
 
-def _overrides_toml(overrides: tuple[tuple[str, str], ...]) -> tuple[dict[str, str], str]:
-    """(lines to add to each base table, other tables as TOML text) for a system's
-    overrides."""
-    tables: dict[str, list[str]] = {}
+def _overrides_toml(overrides: tuple[tuple[str, str], ...]
+                    ) -> tuple[dict[str, dict[str, str]], str]:
+    """(each base table's overridden keys: name -> TOML value, other tables as TOML text)
+    for a system's overrides."""
+    tables: dict[str, dict[str, str]] = {}
     for key, value in overrides:
         table, _, name = key.rpartition(".")
         try:
             tomllib.loads(f"v = {value}")
         except tomllib.TOMLDecodeError:
             value = f'"{value}"'  # a bare word: a string
-        tables.setdefault(table, []).append(f"{name} = {value}")
-    base = {name: "\n".join(tables.pop(name, [])) for name in _BASE_TABLES}
-    text = "".join(f"[{table}]\n" + "\n".join(lines) + "\n" for table, lines in tables.items())
+        tables.setdefault(table, {})[name] = value
+    base = {name: tables.pop(name, {}) for name in _BASE_TABLES}
+    text = "".join(f"[{table}]\n" + "".join(f"{k} = {v}\n" for k, v in lines.items())
+                   for table, lines in tables.items())
     return base, text
+
+
+def _table(name: str, keys: dict[str, str], overrides: dict[str, str]) -> str:
+    return f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in {**keys, **overrides}.items())
 
 
 def _lengthwise_config(system: System, s: Settings, port: int) -> str:
     base, tables = _overrides_toml(system.overrides)
+    server = _table("server", {"port": str(port)}, base["server"])
+    scheduler = _table("scheduler", {
+        "policy": f'"{system.policy}"', "max_running": _max_running(s),
+        "max_waiting": "100000", "trust_budget": str(s.trust_budget).lower()},
+        base["scheduler"])
     return f"""
-[server]
-port = {port}
-{base["server"]}
+{server}
 [model]
 path = "{s.model}"
 max_model_len = {s.max_model_len}
@@ -122,12 +131,7 @@ kind = "{s.engine_kind}"
 max_num_seqs = {s.max_num_seqs}
 cpu_kv_cache_gib = {s.kv_gib}
 vllm_args = {{ {_vllm_args(s)} }}
-[scheduler]
-policy = "{system.policy}"
-max_running = {_max_running(s)}
-max_waiting = 100000
-trust_budget = {str(s.trust_budget).lower()}
-{base["scheduler"]}
+{scheduler}
 {tables}
 {s.extra_toml}
 """

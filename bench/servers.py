@@ -105,12 +105,11 @@ def _overrides_toml(overrides: tuple[tuple[str, str], ...]
             value = f'"{value}"'  # a bare word: a string
         tables.setdefault(table, {})[name] = value
     base = {name: tables.pop(name, {}) for name in _BASE_TABLES}
-    text = "".join(f"[{table}]\n" + "".join(f"{k} = {v}\n" for k, v in lines.items())
-                   for table, lines in tables.items())
-    return base, text
+    return base, "".join(_table(table, {}, lines) for table, lines in tables.items())
 
 
 def _table(name: str, keys: dict[str, str], overrides: dict[str, str]) -> str:
+    """A TOML table of `keys` with `overrides` replacing or adding to them."""
     return f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in {**keys, **overrides}.items())
 
 

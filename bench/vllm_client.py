@@ -119,7 +119,8 @@ def run_each(base_url: str, requests: Sequence[Request], work_dir: Path,
     """Runs of vLLM's client, tag -> its backend, one after another in one process (its
     import paid once); the log (of all) is the first tag's, each result its tag's."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    dataset = work_dir / f"{next(iter(backends))}.jsonl"
+    first = next(iter(backends))
+    dataset, log_path = work_dir / f"{first}.jsonl", work_dir / f"{first}.log"
     write_dataset(requests, dataset, salt, natural, max_model_len)
     model = served_model(base_url)
     cmd: list[str] = []
@@ -128,14 +129,11 @@ def run_each(base_url: str, requests: Sequence[Request], work_dir: Path,
                       rate=rate, cv=cv, seed=seed, natural=natural, tokenizer=tokenizer,
                       model=model, headers=headers, backend=backend)
         cmd += one if not cmd else [vllm_bench_serve.THEN, *one[len(_CLIENT):]]
-    log_path = work_dir / f"{next(iter(backends))}.log"
     with open(log_path, "w") as log:
         done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
-    results = {}
-    for tag in backends:
-        result = result_path(work_dir, tag)
-        if done.returncode != 0 or not result.exists():
-            raise RuntimeError(f"vLLM's bench client failed (exit {done.returncode}): "
-                               f"see {log_path}")
-        results[tag] = results_from(json.loads(result.read_text()), requests)
-    return results
+    results = [result_path(work_dir, tag) for tag in backends]
+    if done.returncode != 0 or not all(result.exists() for result in results):
+        raise RuntimeError(f"vLLM's bench client failed (exit {done.returncode}): "
+                           f"see {log_path}")
+    return {tag: results_from(json.loads(result.read_text()), requests)
+            for tag, result in zip(backends, results, strict=True)}

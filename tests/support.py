@@ -143,13 +143,20 @@ class DaemonProcess:
     def reload(self, text: str, timeout_s: float = 30.0) -> None:
         """Write `text` as the config and SIGHUP; return once the daemon has reloaded it."""
         self.config_path.write_text(text)
-        seen = self.log().count("reloaded ")
+        seen = self._reloads()
         self.signal(signal.SIGHUP)
         deadline = time.monotonic() + timeout_s
-        while self.log().count("reloaded ") <= seen:
+        while self._reloads() <= seen:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reload not seen:\n{self.log()}")
             time.sleep(0.1)
+
+    def _reloads(self) -> int:
+        """Reloads the daemon logged, counted over its whole log (log() is its tail, where
+        older reload lines scroll out as a shared daemon serves)."""
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace").count("reloaded ")
 
     def reload_policy(self, policy: str, timeout_s: float = 30.0) -> None:
         """Rewrite the config's policy and SIGHUP; return once the daemon runs it."""

@@ -32,7 +32,7 @@ more than the reload); shorter ones are left to the engine's prefix cache.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Literal
 
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, KVResidency
@@ -60,6 +60,17 @@ class BlendParams(Params, frozen=True):
     # [kvstore] enabled); the rest wait in the engine's prefix cache.
     offload: Annotated[bool, BENCH_KNOB] = False
     offload_min_tokens: Annotated[int, NonNegative, BENCH_KNOB] = 512
+    # vLLM's own order among the jobs handed to it (its waiting queue, and the victim it
+    # preempts when its KV runs out: the one it ranks last): "remaining", most predicted
+    # tokens left last; "key", blend's key (arrival + beta x service), so that with
+    # count-only admission (scheduler.max_running = a number: every job goes to the engine
+    # at once) the engine itself keeps blend's bounded overtaking: a running job is pushed
+    # out only by jobs that arrived less than beta x (its service - theirs) after it.
+    engine_order: Annotated[Literal["remaining", "key"], BENCH_KNOB] = "remaining"
+
+
+# The key in ms within a class: room for ~300 years of the event loop's clock.
+_KEY_SCALE = 10**13
 
 
 class Blend(Policy):
@@ -81,6 +92,8 @@ class Blend(Policy):
         return self.params.bound_share * self.params.beta * self.service_s(job)
 
     def engine_priority(self, job: Job) -> int:
+        if self.params.engine_order == "key":
+            return class_rank(job.priority, self.order_key(job) * 1000.0, _KEY_SCALE)
         # vLLM's own memory preemption then hits the job with the most tokens left.
         return class_rank(job.priority, self.remaining_tokens(job))
 

@@ -98,6 +98,23 @@ def test_engine_priority_and_the_oracle() -> None:
     assert OracleBlend.benchmark_only and not OracleBlend.uses_predictions
 
 
+def test_engine_order_by_key_bounds_how_long_a_running_job_can_be_pushed_out() -> None:
+    """engine_order = "key": vLLM sees blend's key (arrival + beta x service, in ms), so its
+    victim (the job it ranks last) is a long job only while short ones arrive less than
+    beta x the difference in service after it; classes stay apart."""
+    policy = Blend(BlendParams(beta=0.5, engine_order="key"))
+    long = job("long", predicted=900.0, enqueue=100.0)
+    gap = 0.5 * (policy.service_s(long) - policy.service_s(job("s", predicted=20.0)))
+    assert gap > 1.0
+    early = job("short-early", predicted=20.0, enqueue=100.0 + 0.5 * gap)
+    late = job("short-late", predicted=20.0, enqueue=100.0 + 1.5 * gap)
+    rank = policy.engine_priority
+    assert rank(early) < rank(long) < rank(late)
+    assert rank(long) == class_rank(0, 1000.0 * policy.order_key(long), 10**13)
+    urgent = job("urgent", predicted=900.0, enqueue=10**6, priority=-1)
+    assert rank(urgent) < rank(early)
+
+
 def test_short_jobs_go_first_in_a_burst_and_the_long_one_is_not_starved() -> None:
     workload = [Spec(0.0, 30, 5, predicted=5.0), Spec(0.001, 30, 300, predicted=300.0)]
     workload += [Spec(0.002 + 0.01 * i, 30, 5, predicted=5.0) for i in range(40)]

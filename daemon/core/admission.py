@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -117,6 +117,19 @@ class KVLedger:
         held = [context for job_id, context in self._context.items() if job_id not in without]
         return sum(self.blocks_for(context + NOW_HEADROOM_TOKENS)
                    for context in (*held, *extra_contexts))
+
+    def growth_blocks(self, pending: Collection[str]) -> tuple[int, int]:
+        """(blocks the `pending` jobs hold now with their next tokens, the blocks the next
+        tokens of the others add to what they hold): what an engine's report of its blocks in
+        use, which counts the others as they are and not the pending ones, lacks. O(n)."""
+        held, growth = 0, 0
+        for job_id, context in self._context.items():
+            if job_id in pending:
+                held += self.blocks_for(context + NOW_HEADROOM_TOKENS)
+            else:
+                growth += (self.blocks_for(context + NOW_HEADROOM_TOKENS)
+                           - self.blocks_for(context))
+        return held, growth
 
     def __len__(self) -> int:
         return len(self._of)

@@ -140,8 +140,7 @@ def hold_reason(lane: Lane, job: Job, kv_tokens: float, policy: Policy,
     "policy": admission would start it but the policy's order or pacing chose no launch
     (e.g. scls's batching interval, or a job the look-ahead guard put first elsewhere)."""
     context = job.num_context_tokens
-    if lane.free_slots <= 0 or not lane.memory_bound or not admission.fits_now(
-            lane.capacity, lane.kv, len(lane.running), context):
+    if lane.free_slots <= 0 or not lane.memory_bound or not lane.room_now(context):
         return None if lane.free_slots <= 0 or lane.memory_bound else "policy"
     if admits(lane, kv_tokens, context, policy, left):
         return "policy"

@@ -59,6 +59,10 @@ class Tokens(msgspec.Struct, frozen=True):
     executor: str
     time: float  # loop clock when the step's output arrived (s)
     items: list[tuple[str, list[int]]]  # (job id, token ids) in step order
+    # What the engine said with this step's output, where it says (vLLM's scheduler
+    # stats): the fraction of its KV blocks in use, and the requests queued inside it.
+    kv_usage: float | None = None
+    engine_waiting: int | None = None
 
 
 class Stopped(msgspec.Struct, frozen=True):

@@ -70,6 +70,15 @@ class Lane:
     # Under memory admission, start a job whose context fits in the KV held now even past
     # the projected peak, where that pays (core/admission.py; scheduler.admission).
     work_conserving: bool = True
+    # ... counting the KV held now from the engine's report where it can (held_now_blocks;
+    # scheduler.engine_kv).
+    engine_kv: bool = False
+    # The engine's last report with a step's output: its blocks in use (None: none yet) and
+    # the requests queued inside it; and the jobs handed to it whose first output of this
+    # dispatch has not come back yet (not in the report's blocks).
+    reported_blocks: int | None = None
+    reported_waiting: int = 0
+    pending: set[str] = field(default_factory=set)
     capacity: Capacity | None = None  # what the engine holds, once it said
     kv: admission.KVLedger = field(default_factory=admission.KVLedger)  # reserved KV
     clock: StepClock = field(default_factory=StepClock)  # its engine's learned step times
@@ -99,8 +108,39 @@ class Lane:
     def _memory_full(self) -> bool:
         if not (self.memory_bound and self.capacity is not None and self.running):
             return False
-        held = self.kv.now_blocks() if self.work_conserving else self.kv.peak_blocks()
+        held = self.held_now_blocks() if self.work_conserving else self.kv.peak_blocks()
         return held >= self.capacity.kv_blocks
+
+    def held_now_blocks(self) -> int:
+        """KV blocks the running jobs hold now, each with its next tokens: the ledger's
+        count, or (engine_kv) the engine's report plus the jobs handed to it since, where
+        that is lower and nothing of ours waits in the engine's queue but those just handed
+        to it (a job the engine preempted waits there for its blocks: their room is not
+        free). The ledger counts each job's context as the core last saw it."""
+        ledger = self.kv.now_blocks()
+        if (not self.engine_kv or self.reported_blocks is None
+                or self.reported_waiting > len(self.pending)):
+            return ledger
+        pending, growth = self.kv.growth_blocks(self.pending)
+        return min(ledger, self.reported_blocks + pending + growth)
+
+    def report(self, kv_usage: float, engine_waiting: int) -> None:
+        """What the engine said with a step's output (Tokens)."""
+        if self.capacity is not None:
+            self.reported_blocks = round(kv_usage * self.capacity.kv_blocks)
+            self.reported_waiting = engine_waiting
+
+    def room_now(self, context_tokens: int, without: frozenset[str] = frozenset()) -> bool:
+        """Whether the KV held now (held_now_blocks; the ledger's where jobs named in
+        `without` are leaving) leaves room for a job with this context and its next
+        tokens."""
+        if without or not self.engine_kv:
+            return admission.fits_now(self.capacity, self.kv, len(self.running),
+                                      context_tokens, without)
+        if self.capacity is None or not self.running:
+            return True
+        need = self.kv.blocks_for(context_tokens + admission.NOW_HEADROOM_TOKENS)
+        return self.held_now_blocks() + need <= self.capacity.kv_blocks
 
     def fits_now(self, context_tokens: int, without: frozenset[str] = frozenset()) -> bool:
         """Whether a job with this context can start now beside the running jobs (but those
@@ -108,8 +148,7 @@ class Lane:
         the projected peak alone)."""
         if not self.memory_bound:
             return True
-        return self.work_conserving and admission.fits_now(
-            self.capacity, self.kv, len(self.running), context_tokens, without)
+        return self.work_conserving and self.room_now(context_tokens, without)
 
     def fits(self, kv_tokens: float, context_tokens: int = 0,
              without: frozenset[str] = frozenset()) -> bool:
@@ -156,6 +195,7 @@ class Lane:
     def started(self, job: Job, context_tokens: int, cached_tokens: int) -> None:
         """A dispatch's first output is on its way: its step's prefill (for the clock), and
         what a resume had to prefill again."""
+        self.pending.discard(job.job_id)
         self.clock.started(job.job_id, context_tokens - cached_tokens)
         if job.num_dispatches > 1:
             self.resumes.add(context_tokens, cached_tokens)
@@ -174,6 +214,7 @@ class Lane:
 
     def admit(self, job: Job, kv_tokens: float = 0.0) -> None:
         self.running[job.job_id] = job
+        self.pending.add(job.job_id)
         self.work.add(job)
         self.kv.reserve(job.job_id, kv_tokens, job.num_context_tokens)
 
@@ -181,6 +222,7 @@ class Lane:
         """Take a job out (it stopped); None if it is not here (a stale report). A lane
         left empty has its clock forget the last step (idle time is no step time)."""
         job = self.running.pop(job_id, None)
+        self.pending.discard(job_id)
         if job is not None:
             self.work.remove(job)
             self.kv.remove(job_id)

@@ -252,6 +252,8 @@ class Scheduler:
 
     def _on_tokens(self, event: Tokens) -> None:
         lane = self._by_name[event.executor]
+        if event.kv_usage is not None:
+            lane.report(event.kv_usage, event.engine_waiting or 0)
         step: list[tuple[str, int, int]] = []  # (job, context before the step, its tokens)
         for job_id, token_ids in event.items:
             job = lane.running.get(job_id)

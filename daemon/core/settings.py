@@ -120,6 +120,11 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # the preemption the overflow would cost (core/admission.py); "peak" holds it until the
     # projected peak fits (the former rule, kept to measure against).
     admission: Annotated[Literal["work-conserving", "peak"], BENCH_KNOB] = "work-conserving"
+    # Work-conserving admission: count the KV held now from the engine's own report (the
+    # blocks in use as of its last step, plus the jobs handed to it since) where that is
+    # lower than lengthwise's ledger and no job the engine preempted waits in its queue;
+    # off: the ledger only (each running job's context as lengthwise last saw it).
+    engine_kv: Annotated[bool, BENCH_KNOB] = False
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
     @property

@@ -201,7 +201,10 @@ class Executor(abc.ABC):
         self._flush_pending = False
         if self._step:
             step, self._step = self._step, []
-            self._inbox.put_nowait(Tokens(self.name, asyncio.get_running_loop().time(), step))
+            stats, now = self.engine_stats(), asyncio.get_running_loop().time()
+            self._inbox.put_nowait(
+                Tokens(self.name, now, step) if stats is None else
+                Tokens(self.name, now, step, stats.kv_cache_usage, stats.num_waiting_reqs))
         ends, self._ends = self._ends, []
         for stopped in ends:
             self._inbox.put_nowait(stopped)

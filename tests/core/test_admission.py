@@ -365,3 +365,31 @@ async def test_an_uncontended_job_starts_before_its_prediction_a_contended_one_w
         "first", "second"]
     core.handle(Predicted("first", 40.0))  # the running job's prediction still lands
     assert core.lanes[0].running["first"].predicted_output_tokens == 40.0
+
+
+def test_the_engines_report_frees_what_the_ledger_still_counts_unless_a_preempted_job_waits(
+        ) -> None:
+    """scheduler.engine_kv: the KV held now is the engine's own count (its last step's
+    blocks in use), plus the jobs handed to it since and the next tokens of the others,
+    where that is below the ledger's; the ledger's while the engine's queue holds more than
+    the jobs just handed to it (one it preempted waits there for its blocks)."""
+    lane = Lane("e0", asyncio.Queue(), 8)
+    lane.set_capacity(Capacity("e0", 20, 16, 8), None)
+    lane.engine_kv = True
+    for i in range(4):  # 64-token contexts: 4 blocks each, 5 with their next tokens
+        lane.admit(job(f"r{i}", prompt=64), 100.0)
+        lane.started(lane.running[f"r{i}"], 64, 0)
+    assert lane.held_now_blocks() == 20 and lane.free_slots == 0  # no report yet: the ledger
+    lane.report(kv_usage=0.6, engine_waiting=0)  # the engine holds 12 of 20
+    assert lane.held_now_blocks() == 12 + 4  # + one block of next tokens each
+    assert lane.free_slots > 0 and lane.room_now(48) and not lane.room_now(100)
+    lane.admit(job("new", prompt=48), 60.0)  # handed over, its first output not back yet
+    assert lane.held_now_blocks() == 16 + 4  # counted whole until the engine's report has it
+    lane.started(lane.running["new"], 48, 0)
+    lane.report(kv_usage=0.75, engine_waiting=0)
+    assert lane.held_now_blocks() == 15 + 4 + 1
+    lane.report(kv_usage=0.45, engine_waiting=1)  # it preempted one of ours: that room is its
+    assert lane.held_now_blocks() == lane.kv.now_blocks() == 24 and not lane.room_now(16)
+    lane.engine_kv = False
+    lane.report(kv_usage=0.1, engine_waiting=0)
+    assert lane.held_now_blocks() == 24

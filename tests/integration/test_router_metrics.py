@@ -22,7 +22,7 @@ async def _load(daemon: DaemonProcess, num: int) -> None:
     client = openai.AsyncOpenAI(base_url=daemon.base_url + "/v1", api_key="unused")
     async with client:
         await asyncio.gather(*(client.completions.create(
-            model="tiny-llama", prompt=f"request {i}: " + "word " * 100, max_tokens=400,
+            model="tiny-llama", prompt=f"request {i}: " + "word " * 100, max_tokens=120,
             temperature=0.0, extra_body={"ignore_eos": True}) for i in range(num)))
 
 

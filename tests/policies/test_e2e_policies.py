@@ -99,7 +99,7 @@ def test_ssjf_runs_a_backlog_in_predicted_order_and_a_late_short_job_first(
     backlog = [f"Write a story about a {w}." for w in ("castle", "dragon", "river", "cat")]
     with ThreadPoolExecutor(len(budgets) + 2) as pool:
         held = [threading.Event() for _ in range(2)]
-        blockers = [pool.submit(_timed, daemon.base_url, model, f"Count to {n}.", 1500, ev)
+        blockers = [pool.submit(_timed, daemon.base_url, model, f"Count to {n}.", 400, ev)
                     for n, ev in zip((500, 600), held, strict=True)]
         assert all(ev.wait(60) for ev in held)
         queued = []

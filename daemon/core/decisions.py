@@ -124,7 +124,7 @@ def admits(lane: Lane, kv_tokens: float, context: int, policy: Policy,
         return False
     wait = admission.seconds_until_fits(lane.capacity, lane.kv,
                                         slo.running_ends(lane, policy, left), kv_tokens, context)
-    victim = max(lane.running.values(), key=lambda other: (policy.engine_priority(other),
+    victim = max(lane.running.values(), key=lambda other: (policy.vllm_priority(other),
                                                              other.arrival_time))
     return admission.overcommit_pays(wait, victim.num_context_tokens, len(lane.running),
                                      policy.cost.prefill_s)
@@ -281,5 +281,5 @@ def launch(job: Job, lane: Lane, policy: Policy, now: float, kv_tokens: float,
     return Launch(
         job_id=job.job_id, dispatch=job.num_dispatches, prompt_token_ids=job.prompt_token_ids,
         generated_token_ids=list(job.generated_token_ids), sampling=job.sampling,
-        max_new_tokens=budget, engine_priority=policy.engine_priority(job), stream=stream,
+        max_new_tokens=budget, engine_priority=policy.vllm_priority(job), stream=stream,
         resume_offloaded=job.kv_offloaded, true_output_tokens=job.true_output_tokens)

@@ -92,6 +92,7 @@ class Policy:
     # [scheduler] placement other than "predicted" (daemon.policysetup sets it); None:
     # own_executor.
     placement: Placement | None = None
+    engine_by_arrival = False  # vllm_priority; set by the core (scheduler.engine_order)
 
     def __init__(self, params: msgspec.Struct | None = None, cost: CostModel | None = None,
                  max_running: int = 4) -> None:
@@ -129,6 +130,15 @@ class Policy:
     def engine_priority(self, job: Job) -> int:
         """Priority passed to vLLM (lower = kept first under its own memory pressure)."""
         return job.priority
+
+    def vllm_priority(self, job: Job) -> int:
+        """What the core hands vLLM: engine_priority; or, where the core set
+        `engine_by_arrival` (scheduler.engine_order = "arrival"), the job's class, then its
+        arrival, as vLLM's own FCFS: a full cache preempts the latest arrival (whose
+        recompute is mostly the cheapest) and its queue starts the earliest."""
+        if self.engine_by_arrival:
+            return class_rank(job.priority, job.arrival_time * 1000.0, _ARRIVAL_SCALE)
+        return self.engine_priority(job)
 
     def token_budget(self, job: Job) -> int | None:
         """Most tokens one dispatch may run before the job returns to the pool; None = all."""
@@ -185,6 +195,10 @@ class Policy:
         """End of a decision round: refresh derived state. Returns the loop time of the
         next round the policy wants even if no event comes (None = only on events)."""
         return None
+
+
+# Arrival in ms within a class: room for ~300 years of the event loop's clock.
+_ARRIVAL_SCALE = 10**13
 
 
 def class_rank(priority: int, value: float, scale: int = 1_000_000) -> int:

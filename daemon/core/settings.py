@@ -125,6 +125,11 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # lower than lengthwise's ledger and no job the engine preempted waits in its queue;
     # off: the ledger only (each running job's context as lengthwise last saw it).
     engine_kv: Annotated[bool, BENCH_KNOB] = False
+    # The priority vLLM gets with each job, which picks its victim when its KV runs out
+    # (the job it ranks last) and orders its own queue: "policy", the policy's
+    # (Policy.engine_priority: for ssjf, most predicted tokens left last); "arrival", the
+    # class, then arrival order, as vLLM's own FCFS (the latest arrival is preempted).
+    engine_order: Annotated[Literal["policy", "arrival"], BENCH_KNOB] = "policy"
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
     @property

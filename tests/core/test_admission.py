@@ -25,18 +25,21 @@ from tests.core.fakes import AskedPredictor
 class Core:
     def __init__(self, lanes: int = 1, max_running: int | str = "auto",
                  upper_factor: float = 2.0, admission: str = "peak", engine_queue: int = 0,
-                 aging_preempt: bool = False) -> None:
+                 aging_preempt: bool = False, engine_order: str = "policy",
+                 policy: FCFS | None = None) -> None:
         """admission: "peak" (the projection alone, which most tests here are about) or
         "work-conserving" (the default); engine_queue: 0 (the count cap alone, which most
         tests here are about) or the default 1; aging_preempt: whether a promoted job
         preempts (off: the default)."""
         self.inbox: asyncio.Queue[Event] = asyncio.Queue()
+        self.policy: FCFS = policy or FCFS()
         self.commands = [asyncio.Queue[object]() for _ in range(lanes)]
         config = SchedulerConfig(max_running=max_running, upper_factor=upper_factor,  # type: ignore[arg-type]
                                  admission=admission, engine_queue=engine_queue,  # type: ignore[arg-type]
-                                 aging=AgingConfig(preempt=aging_preempt))
+                                 aging=AgingConfig(preempt=aging_preempt),
+                                 engine_order=engine_order)  # type: ignore[arg-type]
         self.core = Scheduler([Lane(f"e{i}", q, 8) for i, q in enumerate(self.commands)],
-                              FCFS(), config, self.inbox)
+                              self.policy, config, self.inbox)
         self.core.accepting = True
 
     def capacity(self, blocks: int, max_num_seqs: int = 8, lane: int = 0) -> None:
@@ -393,3 +396,25 @@ def test_the_engines_report_frees_what_the_ledger_still_counts_unless_a_preempte
     lane.engine_kv = False
     lane.report(kv_usage=0.1, engine_waiting=0)
     assert lane.held_now_blocks() == 24
+
+
+@pytest.mark.asyncio
+async def test_engine_order_hands_vllm_the_policys_priority_or_the_arrival_order() -> None:
+    """scheduler.engine_order: vLLM preempts the job it ranks last. "policy" (the default)
+    ranks by the policy's engine priority (ssjf: most predicted tokens left last);
+    "arrival" by class, then arrival, as vLLM's own FCFS (the latest arrival last)."""
+    def priorities(order: str) -> dict[str, int]:
+        """The engine priority each job's Launch carries."""
+        c = Core(max_running=4, engine_order=order, policy=SSJF())  # type: ignore[arg-type]
+        early_long, late_short = job("early-long", predicted=900.0), job("late-short")
+        late_short.arrival_time = 5.0
+        c.submit(early_long, late_short)
+        while not c.inbox.empty():
+            c.core.handle(c.inbox.get_nowait())
+        c.core.dispatch()
+        launches = [c.commands[0].get_nowait() for _ in range(c.commands[0].qsize())]
+        return {launch.job_id: launch.engine_priority for launch in launches}
+
+    by_policy, by_arrival = priorities("policy"), priorities("arrival")
+    assert by_policy["early-long"] > by_policy["late-short"]  # the long one is the victim
+    assert by_arrival["early-long"] < by_arrival["late-short"]  # the latest arrival is

@@ -123,8 +123,11 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # Work-conserving admission: count the KV held now from the engine's own report (the
     # blocks in use as of its last step, plus the jobs handed to it since) where that is
     # lower than lengthwise's ledger and no job the engine preempted waits in its queue;
-    # off: the ledger only (each running job's context as lengthwise last saw it).
-    engine_kv: Annotated[bool, BENCH_KNOB] = False
+    # off: the ledger only (each running job's context as lengthwise last saw it). At 1.0x
+    # memory-bound the ledger said full while the engine had 6-15 of 63 blocks free; on:
+    # TTFT 1.24x vLLM's server's against 1.66x, p99 JCT 1.25x against 1.49x (2 repetitions,
+    # docs/results/2026-11-27-memory-bound-engine-report.md).
+    engine_kv: Annotated[bool, BENCH_KNOB] = True
     # The priority vLLM gets with each job, which picks its victim when its KV runs out
     # (the job it ranks last) and orders its own queue: "policy", the policy's
     # (Policy.engine_priority: for ssjf, most predicted tokens left last); "arrival", the

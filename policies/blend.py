@@ -36,7 +36,7 @@ from typing import Annotated, Literal
 
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, KVResidency
-from daemon.core.policy import DispatchContext, Policy, class_rank
+from daemon.core.policy import MS_RANK_SCALE, DispatchContext, Policy, class_rank
 from policies.common import BENCH_KNOB, NonNegative, Params, pick_victim, true_remaining
 
 
@@ -69,10 +69,6 @@ class BlendParams(Params, frozen=True):
     engine_order: Annotated[Literal["remaining", "key"], BENCH_KNOB] = "remaining"
 
 
-# The key in ms within a class: room for ~300 years of the event loop's clock.
-_KEY_SCALE = 10**13
-
-
 class Blend(Policy):
     name = "blend"
     preemptive = True
@@ -93,7 +89,7 @@ class Blend(Policy):
 
     def engine_priority(self, job: Job) -> int:
         if self.params.engine_order == "key":
-            return class_rank(job.priority, self.order_key(job) * 1000.0, _KEY_SCALE)
+            return class_rank(job.priority, self.order_key(job) * 1000.0, MS_RANK_SCALE)
         # vLLM's own memory preemption then hits the job with the most tokens left.
         return class_rank(job.priority, self.remaining_tokens(job))
 

@@ -134,7 +134,7 @@ class Lane:
         """Whether the KV held now (held_now_blocks; the ledger's where jobs named in
         `without` are leaving) leaves room for a job with this context and its next
         tokens."""
-        if without or not self.engine_kv:
+        if without:
             return admission.fits_now(self.capacity, self.kv, len(self.running),
                                       context_tokens, without)
         if self.capacity is None or not self.running:

@@ -137,7 +137,7 @@ class Policy:
         arrival, as vLLM's own FCFS: a full cache preempts the latest arrival (whose
         recompute is mostly the cheapest) and its queue starts the earliest."""
         if self.engine_by_arrival:
-            return class_rank(job.priority, job.arrival_time * 1000.0, _ARRIVAL_SCALE)
+            return class_rank(job.priority, job.arrival_time * 1000.0, MS_RANK_SCALE)
         return self.engine_priority(job)
 
     def token_budget(self, job: Job) -> int | None:
@@ -197,8 +197,9 @@ class Policy:
         return None
 
 
-# Arrival in ms within a class: room for ~300 years of the event loop's clock.
-_ARRIVAL_SCALE = 10**13
+# A time-like value in ms within a class (class_rank's scale): room for ~300 years of the
+# event loop's clock.
+MS_RANK_SCALE = 10**13
 
 
 def class_rank(priority: int, value: float, scale: int = 1_000_000) -> int:

@@ -15,6 +15,7 @@ from daemon.core.admission import fits_now as admission_fits_now
 from daemon.core.events import Capacity, Event, Launch, Predicted, Stopped, Tokens
 from daemon.core.job import Job, JobStatus, SamplingSpec
 from daemon.core.lanes import Lane
+from daemon.core.policy import Policy
 from daemon.core.scheduler import Scheduler
 from daemon.core.stream import OutputStream
 from policies.fcfs import FCFS
@@ -26,20 +27,19 @@ class Core:
     def __init__(self, lanes: int = 1, max_running: int | str = "auto",
                  upper_factor: float = 2.0, admission: str = "peak", engine_queue: int = 0,
                  aging_preempt: bool = False, engine_order: str = "policy",
-                 policy: FCFS | None = None) -> None:
+                 policy: Policy | None = None) -> None:
         """admission: "peak" (the projection alone, which most tests here are about) or
         "work-conserving" (the default); engine_queue: 0 (the count cap alone, which most
         tests here are about) or the default 1; aging_preempt: whether a promoted job
-        preempts (off: the default)."""
+        preempts (off: the default); policy: FCFS unless given."""
         self.inbox: asyncio.Queue[Event] = asyncio.Queue()
-        self.policy: FCFS = policy or FCFS()
         self.commands = [asyncio.Queue[object]() for _ in range(lanes)]
         config = SchedulerConfig(max_running=max_running, upper_factor=upper_factor,  # type: ignore[arg-type]
                                  admission=admission, engine_queue=engine_queue,  # type: ignore[arg-type]
                                  aging=AgingConfig(preempt=aging_preempt),
                                  engine_order=engine_order)  # type: ignore[arg-type]
         self.core = Scheduler([Lane(f"e{i}", q, 8) for i, q in enumerate(self.commands)],
-                              self.policy, config, self.inbox)
+                              policy or FCFS(), config, self.inbox)
         self.core.accepting = True
 
     def capacity(self, blocks: int, max_num_seqs: int = 8, lane: int = 0) -> None:
@@ -369,52 +369,3 @@ async def test_an_uncontended_job_starts_before_its_prediction_a_contended_one_w
     core.handle(Predicted("first", 40.0))  # the running job's prediction still lands
     assert core.lanes[0].running["first"].predicted_output_tokens == 40.0
 
-
-def test_the_engines_report_frees_what_the_ledger_still_counts_unless_a_preempted_job_waits(
-        ) -> None:
-    """scheduler.engine_kv: the KV held now is the engine's own count (its last step's
-    blocks in use), plus the jobs handed to it since and the next tokens of the others,
-    where that is below the ledger's; the ledger's while the engine's queue holds more than
-    the jobs just handed to it (one it preempted waits there for its blocks)."""
-    lane = Lane("e0", asyncio.Queue(), 8)
-    lane.set_capacity(Capacity("e0", 20, 16, 8), None)
-    lane.engine_kv = True
-    for i in range(4):  # 64-token contexts: 4 blocks each, 5 with their next tokens
-        lane.admit(job(f"r{i}", prompt=64), 100.0)
-        lane.started(lane.running[f"r{i}"], 64, 0)
-    assert lane.held_now_blocks() == 20 and lane.free_slots == 0  # no report yet: the ledger
-    lane.report(kv_usage=0.6, engine_waiting=0)  # the engine holds 12 of 20
-    assert lane.held_now_blocks() == 12 + 4  # + one block of next tokens each
-    assert lane.free_slots > 0 and lane.room_now(48) and not lane.room_now(100)
-    lane.admit(job("new", prompt=48), 60.0)  # handed over, its first output not back yet
-    assert lane.held_now_blocks() == 16 + 4  # counted whole until the engine's report has it
-    lane.started(lane.running["new"], 48, 0)
-    lane.report(kv_usage=0.75, engine_waiting=0)
-    assert lane.held_now_blocks() == 15 + 4 + 1
-    lane.report(kv_usage=0.45, engine_waiting=1)  # it preempted one of ours: that room is its
-    assert lane.held_now_blocks() == lane.kv.now_blocks() == 24 and not lane.room_now(16)
-    lane.engine_kv = False
-    lane.report(kv_usage=0.1, engine_waiting=0)
-    assert lane.held_now_blocks() == 24
-
-
-@pytest.mark.asyncio
-async def test_engine_order_hands_vllm_the_policys_priority_or_the_arrival_order() -> None:
-    """scheduler.engine_order: vLLM preempts the job it ranks last. "policy" (the default)
-    ranks by the policy's engine priority (ssjf: most predicted tokens left last);
-    "arrival" by class, then arrival, as vLLM's own FCFS (the latest arrival last)."""
-    def priorities(order: str) -> dict[str, int]:
-        """The engine priority each job's Launch carries."""
-        c = Core(max_running=4, engine_order=order, policy=SSJF())  # type: ignore[arg-type]
-        early_long, late_short = job("early-long", predicted=900.0), job("late-short")
-        late_short.arrival_time = 5.0
-        c.submit(early_long, late_short)
-        while not c.inbox.empty():
-            c.core.handle(c.inbox.get_nowait())
-        c.core.dispatch()
-        launches = [c.commands[0].get_nowait() for _ in range(c.commands[0].qsize())]
-        return {launch.job_id: launch.engine_priority for launch in launches}
-
-    by_policy, by_arrival = priorities("policy"), priorities("arrival")
-    assert by_policy["early-long"] > by_policy["late-short"]  # the long one is the victim
-    assert by_arrival["early-long"] < by_arrival["late-short"]  # the latest arrival is

@@ -92,9 +92,9 @@ def _preflight(config_path: Path, check: bool) -> int | None:
     if _forks_engines(config):
         from daemon.executors import enginefork
 
-        # Read by huggingface_hub when the forkserver imports it (lifecycle.run says why).
+        # Read by huggingface_hub when it is imported, next (lifecycle.run says why).
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        enginefork.start_now()  # its imports run beside the daemon's
+        enginefork.fork_now()  # torch and vLLM imported once, here
     return None
 
 

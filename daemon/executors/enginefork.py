@@ -4,9 +4,11 @@ On CPU, vLLM starts each engine (its EngineCore process) and that engine's model
 *spawned* processes: fresh interpreters that import torch and vLLM again, about 10 s of CPU
 each, which was nearly all of an engine restart (docs/operations.md). With
 `[engine] start_method = "forkserver"` (the default), the daemon instead starts one
-multiprocessing forkserver that imports torch and vLLM once; every EngineCore is forked
-from it, and each EngineCore forks its worker. A restart then pays for no import at all,
-and a first start for one instead of two.
+multiprocessing forkserver that holds torch and vLLM imported; every EngineCore is forked
+from it, and each EngineCore forks its worker. A restart then pays for no import at all.
+`lengthwise serve` forks that forkserver from itself once it has imported them (fork_now),
+so a first start pays for one import of torch and vLLM, the daemon's own; elsewhere (a test
+process driving an engine) multiprocessing spawns it, and it imports them again.
 
 Every engine process started here (forked, or spawned with start_method = "spawn") ends
 with the daemon, however the daemon ends (lifeline.py).
@@ -28,9 +30,11 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import socket
+import sys
 from collections.abc import Mapping
+from multiprocessing import connection, forkserver, resource_tracker, util
 from multiprocessing import context as mp_context
-from multiprocessing import forkserver
 from typing import Any
 
 from daemon.executors import lifeline, spawn
@@ -39,6 +43,7 @@ from daemon.executors import lifeline, spawn
 PRELOAD = ["torch", "vllm.v1.engine.core", "vllm.v1.executor.multiproc_executor",
            "vllm.v1.worker.cpu_worker", "vllm.v1.worker.cpu_model_runner",
            "daemon.executors.enginefork", "daemon.executors.forkserver_lifeline"]
+_SPAWNED_ONLY = "daemon.executors.forkserver_lifeline"  # holds its importer's parent
 # vLLM modules that start processes, each with its own reference to get_mp_context.
 _STARTERS = ["vllm.v1.engine.utils", "vllm.v1.executor.multiproc_executor",
              "vllm.v1.engine.coordinator"]
@@ -156,13 +161,54 @@ def use_forkserver() -> None:
     _use(_FORKSERVER)
 
 
-def start_now() -> None:
-    """Start the forkserver now instead of with the first engine: its imports (torch and
-    vLLM, ~14 s of CPU on this 2-core machine) then run beside the daemon's own (~12 s)
-    instead of after them. `lengthwise serve` calls it first thing when an engine will fork
-    from it; the daemon finds it running when the engine starts. Idempotent."""
+def fork_now() -> None:
+    """Start the forkserver as a fork of this process, once this process has imported what
+    the forkserver preloads: torch and vLLM are then imported once per daemon, not twice
+    (a spawned forkserver's imports were ~9 s of CPU on this 2-core machine, a sixth of a
+    tiny daemon's start). `lengthwise serve` calls it before it starts any thread of its own
+    (a fork copies only the calling thread); the engines find it running when they start.
+    If it dies, multiprocessing spawns a fresh one at the next engine start (PRELOAD).
+    Idempotent."""
+    server: Any = forkserver._forkserver  # multiprocessing's own, which engine starts use
+    if server._forkserver_pid is not None:
+        return
     _FORKSERVER.set_forkserver_preload(PRELOAD)
-    forkserver.ensure_running()
+    resource_tracker.ensure_running()  # as ensure_running does: its fd goes to each child
+    for name in PRELOAD:
+        if name != _SPAWNED_ONLY:
+            importlib.import_module(name)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with socket.socket(socket.AF_UNIX) as listener:
+        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+        listener.bind(address)
+        if not util.is_abstract_socket_namespace(address):  # type: ignore[attr-defined]
+            os.chmod(address, 0o600)
+        listener.listen()
+        # Every process that uses the server holds the write end of "alive"; the server
+        # ends at its EOF (or with this daemon: its lifeline).
+        alive_r, alive_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the forkserver
+            try:
+                _close_fds_but(listener.fileno(), alive_r)  # as if spawned with just these
+                lifeline.hold(os.getppid())
+                forkserver.main(listener.fileno(), alive_r, [])
+            finally:
+                os._exit(0)  # never this daemon's atexit handlers
+        os.close(alive_r)
+    server._forkserver_address = address
+    server._forkserver_alive_fd = alive_w
+    server._forkserver_pid = pid
+
+
+def _close_fds_but(*keep: int) -> None:
+    for name in os.listdir("/proc/self/fd"):
+        if (fd := int(name)) > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:  # the listing's own, already closed
+                pass
 
 
 def use_spawn() -> None:

@@ -1,5 +1,7 @@
 """A daemon killed with SIGKILL takes its engines along: every process it started (the
-forkserver, the EngineCore, its Worker) is gone within 10 s (daemon/executors/lifeline.py)."""
+forkserver, the EngineCore, its Worker) is gone within 10 s (daemon/executors/lifeline.py).
+The forkserver is a fork of the daemon (enginefork.fork_now), not a fresh interpreter that
+imports torch and vLLM a second time."""
 
 from __future__ import annotations
 
@@ -51,6 +53,9 @@ def test_engines_end_with_a_killed_daemon(tmp_path: Path, tiny_model: Path) -> N
         assert answer.status_code == 200, answer.text
         started, names = _descendants(daemon.proc.pid)
         assert "EngineCore" in names and "Worker" in names, names
+        assert "multiprocessing.forkserver" not in names, names  # not spawned
+        own = psutil.Process(daemon.proc.pid).cmdline()
+        assert sum(p.cmdline() == own for p in started) == 1, names  # forked: the forkserver
         daemon.proc.send_signal(signal.SIGKILL)  # the daemon alone, not its group
         daemon.proc.wait(5)
         killed = time.monotonic()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig
+from daemon.core.clock import WINDOW
 from daemon.core.events import Event
 from daemon.core.job import Job, SamplingSpec
 from daemon.core.lanes import Lane
@@ -108,14 +109,14 @@ async def warm(served: Served, tokens: float = 1.0) -> None:
 
 async def measure(served: Served, rel: float = 0.35, tokens: float = 1.0) -> list[Step]:
     """Each batch's decode step against the clock's (after `warm`). The clock keeps
-    learning: a step it misses by more than `rel` (a noisy spell on a shared CPU) is
-    measured again once the clock has refitted on more of such traffic, up to ATTEMPTS
-    times; the last measurement of each batch is returned."""
+    learning: a step it misses by more than `rel` (the machine's speed changed: a noisy
+    spell on a shared CPU, or one that just ended) is measured again once the clock has
+    refitted on a whole window of such traffic (clock.WINDOW samples: none from before the
+    change), up to ATTEMPTS times; the last measurement of each batch is returned."""
     lane = served.core.lanes[0]
     steps = []
     for batch in BATCHES:
         for attempt in range(ATTEMPTS):
-            fits = lane.clock.fits
             jobs = await served.run([PROMPT] * batch, output=round(96 * tokens))
             step = Step(batch, decode_step_s(jobs),
                         lane.clock.decode_step_s(batch, batch * (PROMPT + 48)), lane.clock.fits)
@@ -123,14 +124,24 @@ async def measure(served: Served, rel: float = 0.35, tokens: float = 1.0) -> lis
                   f"clock {step.predicted_s * 1e3:.2f} ms ({step.fits} fits)", flush=True)
             if step.within(rel) or attempt == ATTEMPTS - 1:
                 break
-            for _ in range(8):  # a refit every REFIT_EVERY (256) steps: serve up to it
-                if lane.clock.fits > fits:
-                    break
-                await served.run([PROMPT] * batch, output=round(96 * tokens))
-            if lane.clock.fits == fits:
-                raise RuntimeError("the clock stopped refitting")
+            await _refit_on(served, batch, tokens)
         steps.append(step)
     return steps
+
+
+async def _refit_on(served: Served, batch: int, tokens: float) -> None:
+    """Serve `batch` jobs at a time until the clock has refitted on a window of them only."""
+    clock = served.core.lanes[0].clock
+    fresh = clock.samples + WINDOW
+    fits = None  # the refits counted once the window is fresh
+    for _ in range(64):
+        if clock.samples >= fresh:
+            if fits is None:
+                fits = clock.fits
+            elif clock.fits > fits:
+                return
+        await served.run([PROMPT] * batch, output=round(96 * tokens))
+    raise RuntimeError("the clock stopped refitting")
 
 
 async def _main(args: argparse.Namespace) -> int:

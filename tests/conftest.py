@@ -53,12 +53,14 @@ profile = "{ROOT / 'bench' / 'profiles' / 'tiny-llama-cpu-stack.json'}"
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="session")
-async def smollm2_engine() -> AsyncIterator[Driver]:
-    """One real vLLM executor on the default model (float32), driven as the core would, for
-    the executor tests that read its words (tests/executors/driver.py); their job ids must
-    differ across files."""
-    require_model(SMOLLM2)
-    async with float32_engine(SMOLLM2) as driver:
+async def tiny_engine() -> AsyncIterator[Driver]:
+    """One real vLLM executor on the tiny model (float32), driven as the core would, for the
+    executor tests that preempt, resume, slice and abort jobs (tests/executors/driver.py);
+    their job ids must differ across files. (The tiny model's words mean nothing; what
+    these tests compare is token ids, text and logprobs, preempted against uninterrupted:
+    the default model's steps are ~10x longer here.)"""
+    require_model(TINY)
+    async with float32_engine(TINY) as driver:
         yield driver
 
 
@@ -99,7 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # module fixtures start once), and the files that use a session's shared daemon run in the
 # same worker (one daemon, not one per worker). (xdist's own --dist loadgroup cannot do it:
 # it renames items by a private attribute that pytest 9 no longer reads.)
-_SHARED_DAEMONS = ("smollm2_daemon", "policy_daemon", "smollm2_engine")
+_SHARED_DAEMONS = ("smollm2_daemon", "policy_daemon", "tiny_engine")
 
 
 @functools.cache

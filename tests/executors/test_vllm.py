@@ -1,4 +1,4 @@
-"""VLLMExecutor on the real engine and the default model, driven by its command queue."""
+"""VLLMExecutor on the real engine and the tiny model, driven by its command queue."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
-def engine(smollm2_engine: Driver, smollm2_model: Path) -> tuple[Driver, Tokenizer]:
-    return smollm2_engine, Tokenizer(str(smollm2_model))  # shared with test_resume_semantics
+def engine(tiny_engine: Driver, tiny_model: Path) -> tuple[Driver, Tokenizer]:
+    return tiny_engine, Tokenizer(str(tiny_model))  # shared with test_resume_semantics
 
 
 def _job(tokenizer: Tokenizer, job_id: str, max_tokens: int = 40) -> Job:

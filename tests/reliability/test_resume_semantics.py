@@ -21,11 +21,11 @@ PENALTIES = {"presence_penalty": 0.8, "frequency_penalty": 0.6}
 
 
 @pytest.fixture(scope="module")
-def engine(smollm2_engine: Driver, smollm2_model: Path) -> Engine:
+def engine(tiny_engine: Driver, tiny_model: Path) -> Engine:
     """The engine shared with tests/executors/test_vllm.py (job ids here start "rs-")."""
-    prompt = Tokenizer(str(smollm2_model)).encode_chat(
+    prompt = Tokenizer(str(tiny_model)).encode_chat(
         [{"role": "user", "content": "List ten fruits and say one thing about each."}])
-    return smollm2_engine, prompt
+    return tiny_engine, prompt
 
 
 def _job(prompt: list[int], job_id: str, max_tokens: int, **sampling: object) -> Job:
@@ -66,17 +66,19 @@ def _straddling_stop(full: str, head: str) -> str:
 @pytest.mark.asyncio(loop_scope="session")
 async def test_stop_string_across_the_cut_is_found(engine: Engine) -> None:
     driver, prompt = engine
-    reference, head = _job(prompt, "reference", 40), _job(prompt, "head", 16)
+    # The penalties keep the tiny model's greedy text from repeating one token.
+    reference = _job(prompt, "reference", 40, **PENALTIES)
+    head = _job(prompt, "head", 16, **PENALTIES)
     await driver.run(reference)
     await driver.run(head)
     full, head_text = await driver.text(reference), await driver.text(head)
     stop = _straddling_stop(full, head_text)
 
-    whole = _job(prompt, "whole-stop", 40, stop=(stop,))
+    whole = _job(prompt, "whole-stop", 40, stop=(stop,), **PENALTIES)
     assert (await driver.run(whole)).finish_reason == "stop"
     assert await driver.text(whole) == full[:len(head_text) - 3]
 
-    cut = _job(prompt, "cut-stop", 40, stop=(stop,))
+    cut = _job(prompt, "cut-stop", 40, stop=(stop,), **PENALTIES)
     # A slice of 16 tokens: the engine ends it ("length") with budget left, so it goes on.
     assert (await driver.run(cut, budget=16)).finish_reason == "length"
     assert cut.num_generated_tokens == 16

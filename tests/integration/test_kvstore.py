@@ -26,7 +26,7 @@ BLOCK = 128  # the CPU engine's KV block, tokens
 # ~340 prompt tokens (two whole blocks and more, so the store has something to hold) of a
 # pattern whose continuation depends on every line before it.
 PROMPT = "".join(f"{n}. {n} times {n + 3} is {n * (n + 3)}.\n" for n in range(1, 31))
-LONG_TOKENS = 64
+LONG_TOKENS = 40
 CUT_AFTER = 24  # tokens the long job streams before the short one arrives
 # The engine runs one job at a time; prefix caching is off, so every cached token a
 # resumed job reports came from kvstore. Every job gets the fallback prediction capped by

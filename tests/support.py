@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -22,6 +23,9 @@ from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig
 from daemon.core.stream import JobEnd, OutputStream, TokenDelta
 from daemon.http.app import build_app
 from daemon.service import Service
+
+if TYPE_CHECKING:
+    import openai
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOLLM2 = ROOT / "models" / "smollm2-135m-instruct"
@@ -195,6 +199,15 @@ async def read_to_end(stream: OutputStream, timeout_s: float = 120.0
         if isinstance(item, JobEnd):
             return deltas, item
         deltas.append(item)
+
+
+def openai_client(daemon: DaemonProcess) -> openai.OpenAI:
+    """The openai client on `daemon`, to use in a `with` block, which closes it. (An unclosed
+    client's pooled socket is a ResourceWarning, an error here, raised in whichever later
+    test the garbage collector happens to find it.)"""
+    import openai
+
+    return openai.OpenAI(base_url=daemon.base_url + "/v1", api_key="unused", max_retries=0)
 
 
 def require_model(model: Path) -> None:

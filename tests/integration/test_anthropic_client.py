@@ -7,6 +7,8 @@ lengthwise, still take it: `extra_body` sends it, for answers the test can compa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import anthropic
 import pytest
 
@@ -24,12 +26,15 @@ WEATHER = {"name": "get_weather", "description": "The weather in a city",
                             "additionalProperties": False}}
 
 
-def _client(daemon: DaemonProcess) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=daemon.base_url, api_key="unused", max_retries=0)
+@pytest.fixture
+def client(smollm2_daemon: DaemonProcess) -> Iterator[anthropic.Anthropic]:
+    """Closed after the test (tests.support.openai_client says why)."""
+    with anthropic.Anthropic(base_url=smollm2_daemon.base_url, api_key="unused",
+                             max_retries=0) as made:
+        yield made
 
 
-def test_create_whole_and_streamed_and_count_tokens(smollm2_daemon: DaemonProcess) -> None:
-    client = _client(smollm2_daemon)
+def test_create_whole_and_streamed_and_count_tokens(client: anthropic.Anthropic) -> None:
     ask = {"model": MODEL, "max_tokens": 12, "messages": QUESTION, "extra_body": GREEDY,
            "system": "Answer in one sentence."}
     whole = client.messages.create(**ask)  # type: ignore[call-overload]
@@ -48,8 +53,7 @@ def test_create_whole_and_streamed_and_count_tokens(smollm2_daemon: DaemonProces
     assert counted.input_tokens == whole.usage.input_tokens == streamed.usage.input_tokens
 
 
-def test_a_tool_round_trip(smollm2_daemon: DaemonProcess) -> None:
-    client = _client(smollm2_daemon)
+def test_a_tool_round_trip(client: anthropic.Anthropic) -> None:
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
     tool = {"model": MODEL, "max_tokens": 30, "extra_body": GREEDY, "tools": [WEATHER],
             "tool_choice": {"type": "tool", "name": "get_weather"}, "messages": ask}
@@ -73,8 +77,7 @@ def test_a_tool_round_trip(smollm2_daemon: DaemonProcess) -> None:
         whole.usage.input_tokens
 
 
-def test_errors_are_the_clients_exceptions(smollm2_daemon: DaemonProcess) -> None:
-    client = _client(smollm2_daemon)
+def test_errors_are_the_clients_exceptions(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError, match="max_tokens"):
         client.messages.create(model=MODEL, max_tokens=0, messages=QUESTION)  # type: ignore
     with pytest.raises(anthropic.BadRequestError, match="model"):

@@ -7,6 +7,7 @@ chat backend."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import openai
@@ -15,7 +16,7 @@ import pytest
 from bench import vllm_client
 from bench.metrics import RequestResult
 from bench.workload.spec import Message, Request
-from tests.support import SMOLLM2, DaemonProcess
+from tests.support import SMOLLM2, DaemonProcess, openai_client
 
 pytestmark = pytest.mark.engine
 
@@ -29,12 +30,14 @@ CITY = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Pa
         "required": ["city"], "additionalProperties": False}
 
 
-def _client(daemon: DaemonProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=daemon.base_url + "/v1", api_key="unused", max_retries=0)
+@pytest.fixture
+def client(smollm2_daemon: DaemonProcess) -> Iterator[openai.OpenAI]:
+    with openai_client(smollm2_daemon) as made:  # closed after the test
+        yield made
 
 
-def test_chat_logprobs_one_position_per_token(smollm2_daemon: DaemonProcess) -> None:
-    answer = _client(smollm2_daemon).chat.completions.create(
+def test_chat_logprobs_one_position_per_token(client: openai.OpenAI) -> None:
+    answer = client.chat.completions.create(
         model=MODEL, messages=QUESTION, max_tokens=5, temperature=0, logprobs=True,
         top_logprobs=3)  # type: ignore[arg-type]
     choice = answer.choices[0]
@@ -47,8 +50,7 @@ def test_chat_logprobs_one_position_per_token(smollm2_daemon: DaemonProcess) -> 
         assert c.logprob == c.top_logprobs[0].logprob <= 0
 
 
-def test_n_choices_each_their_own_sample(smollm2_daemon: DaemonProcess) -> None:
-    client = _client(smollm2_daemon)
+def test_n_choices_each_their_own_sample(client: openai.OpenAI) -> None:
     chat = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=6, n=3,
                                           temperature=1.0, seed=7)  # type: ignore[arg-type]
     assert [c.index for c in chat.choices] == [0, 1, 2]
@@ -62,12 +64,12 @@ def test_n_choices_each_their_own_sample(smollm2_daemon: DaemonProcess) -> None:
                                   temperature=0)
 
 
-def test_lm_eval_loglikelihood_batch_of_token_id_prompts(smollm2_daemon: DaemonProcess
+def test_lm_eval_loglikelihood_batch_of_token_id_prompts(client: openai.OpenAI
                                                          ) -> None:
     """lm-evaluation-harness's shape: token-id prompts in one batch, echo, logprobs, one
     token: every prompt token's logprob comes back (the first has none)."""
     prompts = [[504, 3575, 282, 4649, 314], [12366, 314, 253]]
-    answer = _client(smollm2_daemon).completions.create(
+    answer = client.completions.create(
         model=MODEL, prompt=prompts, echo=True, logprobs=1, max_tokens=1, temperature=0)
     assert [c.index for c in answer.choices] == [0, 1]
     for prompt, choice in zip(prompts, answer.choices, strict=True):
@@ -79,8 +81,8 @@ def test_lm_eval_loglikelihood_batch_of_token_id_prompts(smollm2_daemon: DaemonP
     assert answer.usage is not None and answer.usage.prompt_tokens == 8
 
 
-def test_response_format_json_schema(smollm2_daemon: DaemonProcess) -> None:
-    answer = _client(smollm2_daemon).chat.completions.create(
+def test_response_format_json_schema(client: openai.OpenAI) -> None:
+    answer = client.chat.completions.create(
         model=MODEL, messages=QUESTION, max_tokens=30, temperature=0,
         response_format={"type": "json_schema",
                          "json_schema": {"name": "city", "schema": CITY}})
@@ -88,8 +90,7 @@ def test_response_format_json_schema(smollm2_daemon: DaemonProcess) -> None:
     assert content is not None and json.loads(content)["city"] in ("Paris", "Rome")
 
 
-def test_named_tool_choice_calls_the_tool(smollm2_daemon: DaemonProcess) -> None:
-    client = _client(smollm2_daemon)
+def test_named_tool_choice_calls_the_tool(client: openai.OpenAI) -> None:
     named = {"type": "function", "function": {"name": "get_weather"}}
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
     answer = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=30,

@@ -6,12 +6,13 @@ import asyncio
 import re
 import signal
 import time
+from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
 
-from tests.support import DaemonProcess
+from tests.support import DaemonProcess, openai_client
 
 MODEL = "smollm2-135m-instruct"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -19,12 +20,14 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 pytestmark = pytest.mark.engine
 
 
-def client(daemon: DaemonProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=daemon.base_url + "/v1", api_key="unused", max_retries=0)
+@pytest.fixture
+def client(smollm2_daemon: DaemonProcess) -> Iterator[openai.OpenAI]:
+    with openai_client(smollm2_daemon) as made:  # closed after the test
+        yield made
 
 
-def test_openai_client_streams_a_chat_completion(smollm2_daemon: DaemonProcess) -> None:
-    stream = client(smollm2_daemon).chat.completions.create(
+def test_openai_client_streams_a_chat_completion(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
         model=MODEL, messages=QUESTION, stream=True, max_tokens=30, temperature=0,
         stream_options={"include_usage": True})
     pieces, finish, usage = [], None, None
@@ -41,31 +44,29 @@ def test_openai_client_streams_a_chat_completion(smollm2_daemon: DaemonProcess) 
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
 
 
-def test_stream_and_non_stream_agree_under_greedy(smollm2_daemon: DaemonProcess) -> None:
-    c = client(smollm2_daemon)
+def test_stream_and_non_stream_agree_under_greedy(client: openai.OpenAI) -> None:
     messages = [{"role": "user", "content": "Write a short poem about the sea."}]
-    whole = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=24,
+    whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=24,
                                       temperature=0)
     streamed = "".join(chunk.choices[0].delta.content or "" for chunk in
-                       c.chat.completions.create(model=MODEL, messages=messages, max_tokens=24,
+                       client.chat.completions.create(model=MODEL, messages=messages, max_tokens=24,
                                                  temperature=0, stream=True) if chunk.choices)
     assert whole.choices[0].message.content == streamed
     assert whole.usage is not None and whole.usage.completion_tokens == 24
 
 
-def test_completions_stream_and_non_stream(smollm2_daemon: DaemonProcess) -> None:
-    c = client(smollm2_daemon)
-    whole = c.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=12,
+def test_completions_stream_and_non_stream(client: openai.OpenAI) -> None:
+    whole = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=12,
                                  temperature=0)
-    streamed = "".join(chunk.choices[0].text for chunk in c.completions.create(
+    streamed = "".join(chunk.choices[0].text for chunk in client.completions.create(
         model=MODEL, prompt="The capital of France is", max_tokens=12, temperature=0,
         stream=True) if chunk.choices)
     assert whole.choices[0].text == streamed
     assert "Paris" in streamed
 
 
-def test_models_and_health(smollm2_daemon: DaemonProcess) -> None:
-    models = client(smollm2_daemon).models.list()
+def test_models_and_health(smollm2_daemon: DaemonProcess, client: openai.OpenAI) -> None:
+    models = client.models.list()
     assert [m.id for m in models.data] == [MODEL]
     assert httpx.get(smollm2_daemon.base_url + "/health").json() == {"status": "ok"}
 
@@ -89,8 +90,8 @@ BAD_BODIES = [
 
 
 @pytest.mark.parametrize(("body", "says"), BAD_BODIES)
-def test_bad_input_gets_a_clear_400(smollm2_daemon: DaemonProcess, body: bytes,
-                                    says: str) -> None:
+def test_bad_input_gets_a_clear_400(smollm2_daemon: DaemonProcess, client: openai.OpenAI,
+                                    body: bytes, says: str) -> None:
     response = httpx.post(smollm2_daemon.base_url + "/v1/chat/completions", content=body,
                           headers={"content-type": "application/json"}, timeout=30)
     assert response.status_code == 400, response.text
@@ -98,7 +99,7 @@ def test_bad_input_gets_a_clear_400(smollm2_daemon: DaemonProcess, body: bytes,
     assert says in error["message"]
     assert error["type"] == "invalid_request_error"
     # ... and the daemon keeps serving.
-    ok = client(smollm2_daemon).chat.completions.create(model=MODEL, messages=QUESTION,
+    ok = client.chat.completions.create(model=MODEL, messages=QUESTION,
                                                         max_tokens=2)
     assert ok.choices[0].finish_reason in ("length", "stop")
 

@@ -6,13 +6,14 @@ tool and answers from its result."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Literal
 
 import agents
 import openai
 import pytest
 
-from tests.support import DaemonProcess
+from tests.support import DaemonProcess, openai_client
 
 pytestmark = pytest.mark.engine
 
@@ -20,12 +21,13 @@ MODEL = "smollm2-135m-instruct"
 ASK = "What is the capital of France?"
 
 
-def _client(daemon: DaemonProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=daemon.base_url + "/v1", api_key="unused", max_retries=0)
+@pytest.fixture
+def client(smollm2_daemon: DaemonProcess) -> Iterator[openai.OpenAI]:
+    with openai_client(smollm2_daemon) as made:  # closed after the test
+        yield made
 
 
-def test_create_and_retrieve(smollm2_daemon: DaemonProcess) -> None:
-    client = _client(smollm2_daemon)
+def test_create_and_retrieve(client: openai.OpenAI) -> None:
     made = client.responses.create(model=MODEL, input=ASK, max_output_tokens=8,
                                    temperature=0, instructions="Answer in one sentence.")
     assert made.status in ("completed", "incomplete") and "Paris" in made.output_text
@@ -37,8 +39,8 @@ def test_create_and_retrieve(smollm2_daemon: DaemonProcess) -> None:
     assert follow.usage is not None and follow.usage.input_tokens > made.usage.input_tokens
 
 
-def test_create_streamed_events(smollm2_daemon: DaemonProcess) -> None:
-    events = list(_client(smollm2_daemon).responses.create(
+def test_create_streamed_events(client: openai.OpenAI) -> None:
+    events = list(client.responses.create(
         model=MODEL, input=ASK, max_output_tokens=8, temperature=0, stream=True))
     kinds = [e.type for e in events]
     assert kinds[:4] == ["response.created", "response.in_progress",

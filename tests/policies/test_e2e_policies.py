@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from policies import registry
-from tests.support import DaemonProcess
+from tests.support import DaemonProcess, openai_client
 
 pytestmark = pytest.mark.engine
 
@@ -43,17 +43,13 @@ def _ask(client: openai.OpenAI, model: str, prompt: str, max_tokens: int) -> tup
     return "".join(text), reason
 
 
-def _client(daemon: DaemonProcess) -> tuple[openai.OpenAI, str]:
-    client = openai.OpenAI(base_url=daemon.base_url + "/v1", api_key="unused", max_retries=0)
-    return client, client.models.list().data[0].id
-
-
 @pytest.fixture(scope="module")
 def alone(request: pytest.FixtureRequest) -> list[tuple[str, str]]:
     """Each request's answer when it runs alone: one at a time, no policy has a choice, so
     one pass (under fcfs) serves every policy's comparison."""
-    client, model = _client(_daemon(request, "fcfs"))
-    return [_ask(client, model, p, n) for p, n in zip(PROMPTS, MAX_TOKENS, strict=True)]
+    with openai_client(_daemon(request, "fcfs")) as client:
+        model = client.models.list().data[0].id
+        return [_ask(client, model, p, n) for p, n in zip(PROMPTS, MAX_TOKENS, strict=True)]
 
 
 @pytest.mark.parametrize("policy", registry.names())
@@ -61,8 +57,9 @@ def test_policy_serves_concurrent_streams_exactly_as_alone(
         request: pytest.FixtureRequest, alone: list[tuple[str, str]], policy: str) -> None:
     """Greedy answers under contention (queueing, slices, preemptions) equal the answers
     each request gets alone, token for token, and every request completes."""
-    client, model = _client(_daemon(request, policy))
-    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+    with openai_client(_daemon(request, policy)) as client, \
+            ThreadPoolExecutor(len(PROMPTS)) as pool:
+        model = client.models.list().data[0].id
         together = list(pool.map(lambda pn: _ask(client, model, *pn),
                                  zip(PROMPTS, MAX_TOKENS, strict=True)))
     assert together == alone

@@ -44,7 +44,7 @@ async def test_the_learned_clock_predicts_the_engines_steps(served: Served) -> N
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_memory_admission_keeps_the_engine_from_preempting(served: Served) -> None:
-    """12 jobs of 100 + 280 tokens (3 blocks each) on 16 blocks. Admitted by projected peak
+    """12 jobs of 100 + 170 tokens (3 blocks each at the end) on 16 blocks. Admitted by projected peak
     ("peak"), 5 run at a time and the engine never preempts; work-conserving (the default)
     starts more while their context fits now and lets the engine preempt where a recompute is
     cheaper than the wait; by count only (max_num_seqs=8) vLLM takes 8 and preempts as they
@@ -54,8 +54,8 @@ async def test_memory_admission_keeps_the_engine_from_preempting(served: Served)
     async def burst(config: SchedulerConfig) -> int:
         served.core.reconfigure(config, FCFS())
         before = ex.engine_preemptions
-        jobs = await served.run([100] * 12, output=280, upper=280.0)
-        assert all(job.num_generated_tokens == 280 for job in jobs)
+        jobs = await served.run([100] * 12, output=170, upper=170.0)
+        assert all(job.num_generated_tokens == 170 for job in jobs)
         assert lane.kv.blocks == 0
         return ex.engine_preemptions - before
 
@@ -65,6 +65,6 @@ async def test_memory_admission_keeps_the_engine_from_preempting(served: Served)
     print(f"vLLM preemptions: {peak} admitted by projected peak, {conserving} work-conserving, "
           f"{by_count} by count")
     assert peak <= 1 < by_count  # near zero: the footprints fit; by count the engine preempts
-    # A recompute of a 100-token context is cheaper than waiting ~280 steps for the peak, so
+    # A recompute of a 100-token context is cheaper than waiting ~170 steps for the peak, so
     # work-conserving admission starts as many as the count allows, never more.
     assert conserving <= by_count

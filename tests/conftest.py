@@ -41,9 +41,13 @@ def policy_daemon(tmp_path_factory: pytest.TempPathFactory
     # each policy's own order. Aging's bounds are tested in the simulator and the property
     # tests; here any bound (k x the typical service time) is crossed once the machine is
     # slow enough, and a backlog promoted behind two long blockers starts in arrival order.
+    # A generous prediction deadline too: on a busy test machine a prediction past the
+    # default 0.5 s would fall back to the budget, and the order the tests expect with it.
     extra = f"""
 [scheduler.aging]
 enabled = false
+[predictor]
+timeout_s = 30
 [costmodel]
 profile = "{ROOT / 'bench' / 'profiles' / 'tiny-llama-cpu-stack.json'}"
 """

@@ -44,11 +44,11 @@ async def test_the_learned_clock_predicts_the_engines_steps(served: Served) -> N
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_memory_admission_keeps_the_engine_from_preempting(served: Served) -> None:
-    """12 jobs of 100 + 170 tokens (3 blocks each at the end) on 16 blocks. Admitted by projected peak
-    ("peak"), 5 run at a time and the engine never preempts; work-conserving (the default)
-    starts more while their context fits now and lets the engine preempt where a recompute is
-    cheaper than the wait; by count only (max_num_seqs=8) vLLM takes 8 and preempts as they
-    grow."""
+    """12 jobs of 100 + 170 tokens (3 blocks each by their end) on 16 blocks. Admitted by
+    projected peak ("peak"), 5 run at a time and the engine never preempts; work-conserving
+    (the default) starts more while their context fits now and lets the engine preempt where
+    a recompute is cheaper than the wait; by count only (max_num_seqs=8) vLLM takes 8 and
+    preempts as they grow."""
     lane, ex = served.core.lanes[0], served.executor
 
     async def burst(config: SchedulerConfig) -> int:

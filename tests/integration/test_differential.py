@@ -19,9 +19,7 @@ lost or repeated token, a flipped argmax or a logprob off by more than rounding 
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,7 @@ import msgspec
 import pytest
 
 from bench.servers import Server, Settings, parse_system
-from tests.integration import messages_cases, preempt, responses_cases
+from tests.integration import bodies, messages_cases, preempt, responses_cases
 from tests.support import BENCH_KNOBS, ROOT, starting_daemon
 
 pytestmark = pytest.mark.engine
@@ -104,9 +102,6 @@ CASES.update({
 LONG = ("/v1/completions", {**CMPL, **PENALTIES, "max_tokens": 300, "ignore_eos": True,
                             "logprobs": 2, "stream": True})
 PREEMPT_AFTER = 8
-# Differ by design: ids, clocks, vLLM's version stamp.
-IGNORED = {"id", "created", "system_fingerprint"}
-TOLERANCE = 1e-3
 
 
 class Answers(msgspec.Struct):
@@ -128,41 +123,6 @@ def _body(body: dict[str, Any], stop_id: int) -> dict[str, Any]:
     return body if ids is None else {**body, "stop_token_ids": [stop_id]}
 
 
-def _merge(into: Any, piece: Any) -> Any:
-    """A stream's pieces as one body: strings concatenated, lists extended, the rest replaced
-    (None never replaces)."""
-    if piece is None:
-        return into
-    if isinstance(into, str) and isinstance(piece, str):
-        return into + piece
-    if isinstance(into, list) and isinstance(piece, list):
-        return into + piece
-    if isinstance(into, dict) and isinstance(piece, dict):
-        merged = dict(into)
-        for key, value in piece.items():
-            merged[key] = _merge(merged.get(key), value)
-        return merged
-    return piece
-
-
-def _merge_stream(lines: Iterator[str]) -> dict[str, Any]:
-    merged: dict[str, Any] = {"choices": {}}
-    for line in lines:
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        chunk = json.loads(line[6:])
-        assert "error" not in chunk, chunk
-        for choice in chunk.pop("choices"):
-            index = choice["index"]
-            merged["choices"][index] = _merge(merged["choices"].get(index), choice)
-        for key, value in chunk.items():  # usage, model, ...: the last; token id lists grow
-            if value is not None:
-                merged[key] = _merge(merged.get(key), value) if isinstance(value, list) \
-                    else value
-    merged["choices"] = [merged["choices"][i] for i in sorted(merged["choices"])]
-    return merged
-
-
 def _call(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
     body = {"model": "tiny-llama", **body}
     if not body.get("stream"):
@@ -171,7 +131,7 @@ def _call(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, An
         return dict(response.json())
     with client.stream("POST", path, json=body) as response:
         assert response.status_code == 200, response.read()
-        return _merge_stream(response.iter_lines())
+        return bodies.merge_stream(response.iter_lines())
 
 
 def _run_all(base_url: str, stop_id: int) -> dict[str, Any]:
@@ -195,7 +155,7 @@ def _preempted(base_url: str) -> dict[str, Any]:
     """LONG, with a short request sent once it is under way (alise preempts LONG for it)."""
 
     def long(client: httpx.Client, tick: preempt.Tick) -> dict[str, Any]:
-        return preempt.streamed(client, *LONG, _merge_stream, tick)
+        return preempt.streamed(client, *LONG, bodies.merge_stream, tick)
 
     # a data line and a blank one per chunk
     return preempt.while_streaming(base_url, long, 2 * PREEMPT_AFTER, lambda client: _call(
@@ -253,57 +213,17 @@ def answers(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Answe
                    preemptions, suites["responses"], suites["messages"])
 
 
-def differences(want: Any, got: Any, path: str = "",
-                ignored: frozenset[str] | set[str] = IGNORED) -> list[str]:
-    """Where `got` differs from `want` (a missing key equals null; floats to TOLERANCE)."""
-    if isinstance(want, dict) and isinstance(got, dict):
-        return [d for key in sorted(want.keys() | got.keys()) if key not in ignored
-                for d in differences(want.get(key), got.get(key), f"{path}.{key}", ignored)]
-    if isinstance(want, list) and isinstance(got, list):
-        if len(want) != len(got):
-            return [f"{path}: {len(want)} items, got {len(got)}: {want!r} vs {got!r}"]
-        return [d for k, (a, b) in enumerate(zip(want, got, strict=True))
-                for d in differences(a, b, f"{path}[{k}]", ignored)]
-    if isinstance(want, float) and isinstance(got, float | int) and \
-            not isinstance(got, bool):
-        return [] if abs(want - got) <= TOLERANCE else [f"{path}: {want} vs {got}"]
-    return [] if want == got else [f"{path}: {want!r} vs {got!r}"]
-
-
-def _calls_whole(body: dict[str, Any]) -> dict[str, Any]:
-    """A merged stream with each tool call's deltas as one (its arguments joined): how many
-    deltas a call comes in is how the server's steps met its reads (vLLM's server merges
-    the outputs of steps its stream had not read yet; one run of this test saw 8 deltas from
-    it against lengthwise's 9), not an answer. What the deltas add up to must agree, and
-    test_auto_tool_choice_... checks they were several."""
-    choices = []
-    for choice in body.get("choices", []):
-        deltas = (choice.get("delta") or {}).get("tool_calls")
-        if deltas:
-            calls: dict[int, dict[str, Any]] = {}
-            for delta in deltas:
-                if delta["index"] not in calls:
-                    calls[delta["index"]] = copy.deepcopy(delta)
-                    continue
-                function = calls[delta["index"]]["function"]
-                function["arguments"] = (function.get("arguments") or "") + \
-                    (delta["function"].get("arguments") or "")
-            choice = {**choice, "delta": {**choice["delta"], "tool_calls": list(calls.values())}}
-        choices.append(choice)
-    return {**body, "choices": choices}
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_same_answer_as_vllms_server(answers: Answers, case: str) -> None:
-    assert differences(_calls_whole(answers.reference[case]),
-                       _calls_whole(answers.whole[case])) == []
+    assert bodies.differences(bodies.calls_whole(answers.reference[case]),
+                              bodies.calls_whole(answers.whole[case])) == []
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_same_answer_when_stopped_and_resumed_every_4_tokens(answers: Answers,
                                                                  case: str) -> None:
-    assert differences(_calls_whole(answers.reference[case]),
-                       _calls_whole(answers.cut[case])) == []
+    assert bodies.differences(bodies.calls_whole(answers.reference[case]),
+                              bodies.calls_whole(answers.cut[case])) == []
 
 
 def test_the_sliced_answers_were_resumed(answers: Answers) -> None:
@@ -315,7 +235,7 @@ def test_the_sliced_answers_were_resumed(answers: Answers) -> None:
 
 def test_the_same_answer_when_preempted_for_a_shorter_request(answers: Answers) -> None:
     assert answers.preemptions >= 1
-    assert differences(answers.long_reference, answers.long_preempted) == []
+    assert bodies.differences(answers.long_reference, answers.long_preempted) == []
 
 
 def test_auto_tool_choice_calls_come_whole_and_as_incremental_deltas(answers: Answers
@@ -349,7 +269,7 @@ def test_responses_the_same_as_vllms_server(answers: Answers, case: str, run: st
     deltas collapsed, the deltas' text) but ids and clocks; `cut`: stopped and resumed every
     4 tokens."""
     want, got = answers.responses["reference"][case], answers.responses[run][case]
-    assert differences(want, got, ignored=responses_cases.IGNORED) == []
+    assert bodies.differences(want, got, ignored=responses_cases.IGNORED) == []
 
 
 def test_responses_differential_is_not_vacuous(answers: Answers) -> None:
@@ -377,8 +297,8 @@ def test_responses_differential_is_not_vacuous(answers: Answers) -> None:
 def test_responses_the_same_when_preempted_for_a_shorter_request(answers: Answers) -> None:
     responses = answers.responses
     assert responses["preemptions"]["count"] >= 1
-    assert differences(responses["long_reference"], responses["long_preempted"],
-                       ignored=responses_cases.IGNORED) == []
+    assert bodies.differences(responses["long_reference"], responses["long_preempted"],
+                              ignored=responses_cases.IGNORED) == []
 
 
 @pytest.mark.parametrize("run", ["whole", "cut"])
@@ -387,7 +307,7 @@ def test_messages_the_same_as_vllms_server(answers: Answers, case: str, run: str
     """The message (streamed: merged, with its event sequence), count_tokens' count, the
     renders' token ids and settings, but ids; `cut`: stopped and resumed every 4 tokens."""
     want, got = answers.messages["reference"][case], answers.messages[run][case]
-    assert differences(want, got) == []
+    assert bodies.differences(want, got) == []
 
 
 def test_messages_differential_is_not_vacuous(answers: Answers) -> None:
@@ -416,4 +336,4 @@ def test_messages_the_same_when_preempted_for_a_shorter_request(answers: Answers
     messages = answers.messages
     assert messages["preemptions"]["count"] >= 1
     assert messages["long_reference"]["usage"]["output_tokens"] == 120
-    assert differences(messages["long_reference"], messages["long_preempted"]) == []
+    assert bodies.differences(messages["long_reference"], messages["long_preempted"]) == []

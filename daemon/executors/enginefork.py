@@ -164,7 +164,7 @@ def use_forkserver() -> None:
 def fork_now() -> None:
     """Start the forkserver as a fork of this process, once this process has imported what
     the forkserver preloads: torch and vLLM are then imported once per daemon, not twice
-    (a tiny daemon's start to /health took 15-16 CPU-s so against 25-26 with a spawned
+    (a tiny daemon's start to /health took 15-16 CPU-s against 25-26 with a spawned
     forkserver on this 2-core machine, docs/operations.md). `lengthwise serve` calls it
     before it starts any thread of its own (a fork copies only the calling thread); the
     engines find it running when they start.

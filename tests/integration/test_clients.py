@@ -7,7 +7,6 @@ chat backend."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import openai
@@ -16,7 +15,7 @@ import pytest
 from bench import vllm_client
 from bench.metrics import RequestResult
 from bench.workload.spec import Message, Request
-from tests.support import SMOLLM2, DaemonProcess, openai_client
+from tests.support import SMOLLM2, DaemonProcess
 
 pytestmark = pytest.mark.engine
 
@@ -29,11 +28,6 @@ WEATHER = {"type": "function", "function": {
 CITY = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
         "required": ["city"], "additionalProperties": False}
 
-
-@pytest.fixture
-def client(smollm2_daemon: DaemonProcess) -> Iterator[openai.OpenAI]:
-    with openai_client(smollm2_daemon) as made:  # closed after the test
-        yield made
 
 
 def test_chat_logprobs_one_position_per_token(client: openai.OpenAI) -> None:

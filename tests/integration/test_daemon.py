@@ -6,24 +6,18 @@ import asyncio
 import re
 import signal
 import time
-from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
 
-from tests.support import DaemonProcess, openai_client
+from tests.support import DaemonProcess
 
 MODEL = "smollm2-135m-instruct"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 pytestmark = pytest.mark.engine
 
-
-@pytest.fixture
-def client(smollm2_daemon: DaemonProcess) -> Iterator[openai.OpenAI]:
-    with openai_client(smollm2_daemon) as made:  # closed after the test
-        yield made
 
 
 def test_openai_client_streams_a_chat_completion(client: openai.OpenAI) -> None:

@@ -6,25 +6,19 @@ tool and answers from its result."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Literal
 
 import agents
 import openai
 import pytest
 
-from tests.support import DaemonProcess, openai_client
+from tests.support import DaemonProcess
 
 pytestmark = pytest.mark.engine
 
 MODEL = "smollm2-135m-instruct"
 ASK = "What is the capital of France?"
 
-
-@pytest.fixture
-def client(smollm2_daemon: DaemonProcess) -> Iterator[openai.OpenAI]:
-    with openai_client(smollm2_daemon) as made:  # closed after the test
-        yield made
 
 
 def test_create_and_retrieve(client: openai.OpenAI) -> None:

@@ -228,7 +228,10 @@ def _one_run(server: Server, system: System, args: argparse.Namespace,
     # The same salt for every system (same work), another at each load (a server stays up
     # over the loads of a repetition: no run finds the last load's prompts in its cache).
     opts = compare.run_options(system, args, compare.salt(k))
-    record = compare.measure_run(server, system, args, rate, opts, args.out, repeat, tag)
+    # Each repetition draws its own workload (seed + repetition), every system the same one:
+    # repetitions then sample workloads, not only the machine's noise on one.
+    drawn = argparse.Namespace(**{**vars(args), "seed": args.seed + repeat})
+    record = compare.measure_run(server, system, drawn, rate, opts, args.out, repeat, tag)
     speed = enginespeed.from_result_file(vllm_client.result_path(args.out / "vllm-client", tag))
     run = SweepRun(system=system.spec, load=multiple, rate=rate, repeat=repeat,
                    position=position, summary=record.summary,
@@ -296,7 +299,9 @@ def summary_text(results: SweepResults) -> str:
             f"arrivals {spec.arrivals} CV {spec.cv:g}, outputs x{spec.scale:g} "
             f"{f'capped at {spec.cap}' if spec.cap else 'uncapped'}), max_num_seqs {results.max_num_seqs}, KV blocks "
             f"{results.kv_blocks or 'as vLLM sizes them'}; {_objectives(results)}. "
-            f"{results.repeats} repetition(s): medians (min–max). {_client(results)}.\n"),
+            f"{results.repeats} repetition(s), each its own draw of the workload (seed "
+            f"{spec.seed} + repetition), the same for every system: medians (min–max). "
+            f"{_client(results)}.\n"),
             "## Per load\n", report.points_table(results.points),
             f"## Against {baseline} (ratios of medians)\n",
             report.ratio_table(results.points, baseline)]

@@ -124,8 +124,9 @@ def admits(lane: Lane, kv_tokens: float, context: int, policy: Policy,
         return False
     wait = admission.seconds_until_fits(lane.capacity, lane.kv,
                                         slo.running_ends(lane, policy, left), kv_tokens, context)
+    # vLLM's victim: the running request it ranks last, ties to the one added last
     victim = max(lane.running.values(), key=lambda other: (policy.vllm_priority(other),
-                                                             other.arrival_time))
+                                                             other.launch_time))
     return admission.overcommit_pays(wait, victim.num_context_tokens, len(lane.running),
                                      policy.cost.prefill_s)
 
@@ -270,6 +271,7 @@ def launch(job: Job, lane: Lane, policy: Policy, now: float, kv_tokens: float,
     job.num_dispatches += 1
     if job.first_launch_time is None:
         job.first_launch_time = now
+    job.launch_time = now
     job.tokens_at_dispatch = job.num_generated_tokens
     job.stop_request = None
     job.checkpoint_tokens = policy.next_checkpoint(job)

@@ -58,7 +58,7 @@ class Estimates:
             self.prior = policy.cost
             for lane in self.lanes:
                 lane.clock.set_prior(self.prior)
-        policy.engine_by_arrival = config.engine_order == "arrival"
+        policy.engine_order = config.engine_order
         self.policy, self.config = policy, config
         self.footprints.quantile = config.admission_quantile
         self.footprints.upper_factor = config.upper_factor

@@ -131,6 +131,7 @@ class Job:
     # when it was first launched on an executor.
     first_enqueue_time: float | None = None
     first_launch_time: float | None = None
+    launch_time: float = 0.0  # when its current (or last) dispatch was launched
     first_token_time: float | None = None
     finish_time: float | None = None
     finish_reason: str | None = None

@@ -92,7 +92,7 @@ class Policy:
     # [scheduler] placement other than "predicted" (daemon.policysetup sets it); None:
     # own_executor.
     placement: Placement | None = None
-    engine_by_arrival = False  # vllm_priority; set by the core (scheduler.engine_order)
+    engine_order = "policy"  # vllm_priority; set by the core (scheduler.engine_order)
 
     def __init__(self, params: msgspec.Struct | None = None, cost: CostModel | None = None,
                  max_running: int = 4) -> None:
@@ -132,12 +132,15 @@ class Policy:
         return job.priority
 
     def vllm_priority(self, job: Job) -> int:
-        """What the core hands vLLM: engine_priority; or, where the core set
-        `engine_by_arrival` (scheduler.engine_order = "arrival"), the job's class, then its
-        arrival, as vLLM's own FCFS: a full cache preempts the latest arrival (whose
-        recompute is mostly the cheapest) and its queue starts the earliest."""
-        if self.engine_by_arrival:
+        """What the core hands vLLM (scheduler.engine_order): "policy", engine_priority;
+        "arrival", the job's class, then its arrival: a full cache preempts the latest
+        arrival; "launch", the class only: vLLM breaks the tie by its request's own
+        arrival, this launch, so a full cache preempts the job started last (whose
+        recompute is mostly the cheapest), as vLLM's own FCFS does."""
+        if self.engine_order == "arrival":
             return class_rank(job.priority, job.arrival_time * 1000.0, MS_RANK_SCALE)
+        if self.engine_order == "launch":
+            return class_rank(job.priority, 0.0)
         return self.engine_priority(job)
 
     def token_budget(self, job: Job) -> int | None:

@@ -131,8 +131,10 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # The priority vLLM gets with each job, which picks its victim when its KV runs out
     # (the job it ranks last) and orders its own queue: "policy", the policy's
     # (Policy.engine_priority: for ssjf, most predicted tokens left last); "arrival", the
-    # class, then arrival order, as vLLM's own FCFS (the latest arrival is preempted).
-    engine_order: Annotated[Literal["policy", "arrival"], BENCH_KNOB] = "policy"
+    # class, then arrival order (the latest arrival is preempted); "launch", the class
+    # only, so that vLLM breaks the tie by its own request's arrival, the launch: its own
+    # FCFS victim, the job started last.
+    engine_order: Annotated[Literal["policy", "arrival", "launch"], BENCH_KNOB] = "policy"
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
     @property

@@ -46,7 +46,8 @@ def test_the_engines_report_frees_what_the_ledger_still_counts_unless_a_preempte
 async def test_engine_order_hands_vllm_the_policys_priority_or_the_arrival_order() -> None:
     """scheduler.engine_order: vLLM preempts the job it ranks last. "policy" (the default)
     ranks by the policy's engine priority (ssjf: most predicted tokens left last);
-    "arrival" by class, then arrival, as vLLM's own FCFS (the latest arrival last)."""
+    "arrival" by class, then arrival (the latest arrival last); "launch" by class only, so
+    vLLM's tie-break, its own request's arrival (the launch), decides as its FCFS does."""
     def priorities(order: str) -> dict[str, int]:
         """The engine priority each job's Launch carries."""
         c = Core(max_running=4, engine_order=order, policy=SSJF())
@@ -61,4 +62,6 @@ async def test_engine_order_hands_vllm_the_policys_priority_or_the_arrival_order
 
     by_policy, by_arrival = priorities("policy"), priorities("arrival")
     assert by_policy["early-long"] > by_policy["late-short"]  # the long one is the victim
-    assert by_arrival["early-long"] < by_arrival["late-short"]  # the latest arrival is
+    assert by_arrival["early-long"] < by_arrival["late-short"]  # the latest arrival is the victim
+    by_launch = priorities("launch")
+    assert by_launch["early-long"] == by_launch["late-short"]  # vLLM: the one added last

@@ -92,7 +92,7 @@ class Policy:
     # [scheduler] placement other than "predicted" (daemon.policysetup sets it); None:
     # own_executor.
     placement: Placement | None = None
-    engine_order = "policy"  # vllm_priority; set by the core (scheduler.engine_order)
+    engine_order = "launch"  # vllm_priority; set by the core (scheduler.engine_order)
 
     def __init__(self, params: msgspec.Struct | None = None, cost: CostModel | None = None,
                  max_running: int = 4) -> None:

@@ -40,7 +40,10 @@ def _ask(base_url: str, messages: list[dict[str, str]], max_tokens: int) -> http
 
 
 def _predicted(base_url: str) -> float:
-    return float(_ask(base_url, PROBE, 1).headers["x-lengthwise-predicted-tokens"])
+    """The probe's prediction. Its answer is long enough to outlast the prediction: an
+    uncontended job starts before its prediction comes, and an answer that ends first has
+    no prediction header (1 token on the sim's 1 ms steps did, once in the suite)."""
+    return float(_ask(base_url, PROBE, 256).headers["x-lengthwise-predicted-tokens"])
 
 
 def _wait(what: str, cond: Callable[[], bool], daemon: DaemonProcess, timeout_s: float = 60.0

@@ -34,10 +34,12 @@ from bench import compare, enginespeed, vllm_client, workload
 from bench.metrics import RequestResult, Summary
 from bench.servers import Server, Settings, System, describe_waits, parse_system
 from bench.sweepstats import (
+    Adjusted,
     Pair,
     Point,
     SweepRun,
     SystemCapacity,
+    at_equal_speed,
     attainment,
     capacities,
     p99_tpot,
@@ -70,6 +72,7 @@ class SweepResults(msgspec.Struct, kw_only=True):
     points: list[Point] = []
     capacities: list[SystemCapacity] = []
     pairs: list[Pair] = []
+    adjusted: list[Adjusted] = []
 
 
 # Summary's float fields: nan (no request completed) is null in JSON, nan again when read.
@@ -111,6 +114,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         "the baseline of ratios and engine-speed pairs")
     p.add_argument("--repeats", type=int, default=3, help="repetitions of every load")
     p.add_argument("--out", type=Path, required=True, help="output folder")
+    p.add_argument("--report", action="store_true",
+                   help="run nothing: recompute the figures, summary.md and plots of the "
+                        "sweep already in --out (OUT/sweep.json)")
     p.add_argument("--engine-kind", choices=("vllm", "sim"), default="vllm",
                    help="lengthwise's engine; sim: the simulated one (tests of the harness: "
                         "lengthwise systems only, with --capacity)")
@@ -158,6 +164,9 @@ def _capacity(settings: Settings, args: argparse.Namespace) -> tuple[float, str]
 
 
 def run_sweep(args: argparse.Namespace) -> int:
+    if args.report:
+        print(finish(load_results(args.out / "sweep.json"), args.out))
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "runs").mkdir(exist_ok=True)
     systems, loads = _systems(args), _loads(args.loads)
@@ -272,6 +281,7 @@ def finish(results: SweepResults, out: Path) -> str:
     results.points = points(results.runs)
     results.capacities = capacities(results.runs)
     results.pairs = pairs(results.runs, baseline)
+    results.adjusted = at_equal_speed(results.runs, baseline)
     (out / "sweep.json").write_bytes(msgspec.json.encode(results))
     text = summary_text(results)
     (out / "summary.md").write_text(text)
@@ -311,4 +321,11 @@ def summary_text(results: SweepResults) -> str:
     if results.pairs:
         text += [f"## Engine speed: step time against {baseline}'s in the same pair\n",
                  report.pairs_table(results.pairs, baseline)]
+    if results.adjusted:
+        text += [f"## Paired ratios to {baseline} at equal engine speed\n",
+                 ("Each figure's ratio over the pairs of a load band (geometric mean), and "
+                 "the same read at equal engine speed: the intercept of log ratio on log "
+                 "step-time ratio, +-2 standard errors (bench/sweepstats.py, "
+                 "at_equal_speed).\n"),
+                 report.adjusted_table(results.adjusted, baseline)]
     return "\n".join(text)

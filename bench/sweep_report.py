@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from bench.metrics import Spread
-from bench.sweepstats import Pair, Point, SystemCapacity
+from bench.sweepstats import Adjusted, Pair, Point, SystemCapacity
 
 # (figure, column header, scale, digits)
 _COLUMNS = (("mean_ttft", "mean TTFT (ms)", 1000, 0), ("p99_ttft", "p99 TTFT (ms)", 1000, 0),
@@ -106,4 +106,15 @@ def pairs_table(pairs: Sequence[Pair], baseline: str) -> str:
                            f"{p.step_ratio:.2f}x{'' if p.matched else '~'}"
                            f"{'!' if p.flagged else ''}" for p in group)
         lines.append(f"| {load:g}x | {system} | {ratios} | {sum(p.flagged for p in group)} |")
+    return "\n".join(lines) + "\n"
+
+
+def adjusted_table(rows: Sequence[Adjusted], baseline: str) -> str:
+    """Per system and load band: each figure's paired ratio to the baseline (geometric
+    mean) and at equal engine speed, with its +-2 standard errors."""
+    lines = [f"| system | loads | figure | pairs | ratio vs {baseline} | at equal engine speed |",
+             "|---" * 6 + "|"]
+    for a in rows:
+        lines.append(f"| {a.system} | {a.band} | {a.figure} | {a.n} | {a.ratio:.2f}x | "
+                     f"{a.at_equal_speed:.2f}x ({a.low:.2f}-{a.high:.2f}) |")
     return "\n".join(lines) + "\n"

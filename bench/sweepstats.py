@@ -180,3 +180,64 @@ def pairs(runs: Sequence[SweepRun], baseline: str) -> list[Pair]:
                         step_ratio=ratio, matched=matched,
                         flagged=ratio is not None and flagged(ratio)))
     return sorted(out, key=lambda p: (p.load, p.repeat, p.system))
+
+
+# Load bands of at_equal_speed: (name, lowest load, below this load)
+BANDS = (("below 0.8x", 0.0, 0.8), ("0.8-1.2x", 0.8, 1.2), ("1.2x and above", 1.2, math.inf))
+RATIO_FIGURES = ("mean_ttft", "p99_ttft", "mean_tpot", "mean_jct", "p99_jct")
+
+
+class Adjusted(msgspec.Struct, kw_only=True):
+    """One figure of a system against the baseline over the pairs of one load band: the
+    geometric mean of the paired ratios, and the ratio at equal engine speed (the intercept
+    of log ratio on log step ratio, with +-2 standard errors)."""
+
+    system: str
+    band: str
+    figure: str
+    n: int  # pairs
+    ratio: float
+    at_equal_speed: float
+    low: float
+    high: float
+
+
+def at_equal_speed(runs: Sequence[SweepRun], baseline: str,
+                   min_pairs: int = 4) -> list[Adjusted]:
+    """Near saturation a few per cent of engine speed moves the queue more than any
+    policy, and the engine's speed drifts between runs (10-30 % on a shared machine): a
+    pair's ratio is mostly the machine. Fitting each figure's log ratio on the log of the
+    pair's step-time ratio (enginespeed.speed_ratio, at matched batch sizes) over a band of
+    loads reads off what the scheduler does at equal engine speed. Bands with fewer than
+    `min_pairs` timed pairs are left out."""
+    base = {(r.load, r.repeat): r for r in runs if r.system == baseline}
+    groups: dict[tuple[str, str], list[tuple[float, Summary, Summary]]] = {}
+    for run in runs:
+        ref = base.get((run.load, run.repeat))
+        if run.system == baseline or ref is None or ref.speed is None or run.speed is None:
+            continue
+        step, _ = speed_ratio(ref.speed, run.speed)
+        band = next(name for name, low, high in BANDS if low <= run.load < high)
+        if step > 0:
+            groups.setdefault((run.system, band), []).append((step, run.summary, ref.summary))
+    out = []
+    for (system, band), rows in groups.items():
+        for figure in RATIO_FIGURES:
+            points = [(math.log(step), math.log(getattr(mine, figure) / getattr(theirs, figure)))
+                      for step, mine, theirs in rows
+                      if getattr(mine, figure) > 0 and getattr(theirs, figure) > 0]
+            if len(points) < min_pairs:
+                continue
+            x, y = np.array(points).T
+            design = np.vstack([np.ones_like(x), x]).T
+            coef = np.linalg.lstsq(design, y, rcond=None)[0]
+            residual = y - design @ coef
+            variance = residual @ residual / (len(y) - 2)
+            se = math.sqrt(variance * np.linalg.pinv(design.T @ design)[0, 0])
+            out.append(Adjusted(system=system, band=band, figure=figure, n=len(points),
+                                ratio=math.exp(float(y.mean())),
+                                at_equal_speed=math.exp(float(coef[0])),
+                                low=math.exp(float(coef[0]) - 2 * se),
+                                high=math.exp(float(coef[0]) + 2 * se)))
+    order = {name: i for i, (name, _, _) in enumerate(BANDS)}
+    return sorted(out, key=lambda a: (a.system, order[a.band], RATIO_FIGURES.index(a.figure)))

@@ -16,6 +16,7 @@ from bench.sweep import SweepResults, load_results, summary_text
 from bench.sweep_plots import plot_sweep
 from bench.sweepstats import (
     SweepRun,
+    at_equal_speed,
     attainment,
     capacities,
     pairs,
@@ -142,6 +143,24 @@ def test_points_capacities_and_pairs_of_a_sweep() -> None:
     assert len(found) == 9 and all(p.matched and p.system == "lw" for p in found)
     assert [(p.load, p.repeat) for p in found if p.flagged] == [(1.0, 2)]
     assert capacities([msgspec.structs.replace(r, attainment=None) for r in runs]) == []
+
+
+def test_ratios_at_equal_engine_speed_take_the_machine_out() -> None:
+    """lengthwise 0.9x vLLM's JCT at equal speed, and its JCT grows as its engine's step
+    time squared: in pairs where its engine ran 0.9-1.3x slow the plain ratios average
+    above 1, the fit reads 0.9x back; a band with fewer than 4 pairs is left out."""
+    runs = []
+    for k, (load, step) in enumerate([(0.2, 0.9), (0.4, 1.1), (0.6, 1.3), (0.6, 1.0),
+                                      (1.0, 1.0), (1.0, 1.2)]):
+        runs.append(_run("vllm", load, k, jct=2.0, att=1.0, step=0.01))
+        runs.append(_run("lw", load, k, jct=2.0 * 0.9 * step ** 2, att=1.0, step=0.01 * step))
+    found = {(a.band, a.figure): a for a in at_equal_speed(runs, "vllm")}
+    light = found["below 0.8x", "mean_jct"]
+    assert light.n == 4 and light.system == "lw"
+    assert light.ratio == pytest.approx(0.9 * (0.9 * 1.1 * 1.3 * 1.0) ** 0.5, rel=1e-6)
+    assert light.at_equal_speed == pytest.approx(0.9, rel=1e-6)
+    assert light.low == pytest.approx(0.9, rel=1e-6) == light.high  # an exact fit
+    assert not any(band == "0.8-1.2x" for band, _ in found)  # 2 pairs only
 
 
 def test_summary_tables_and_plots(tmp_path: Path) -> None:

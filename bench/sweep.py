@@ -326,6 +326,9 @@ def summary_text(results: SweepResults) -> str:
                  ("Each figure's ratio over the pairs of a load band (geometric mean), and "
                  "the same read at equal engine speed: the intercept of log ratio on log "
                  "step-time ratio, +-2 standard errors (bench/sweepstats.py, "
-                 "at_equal_speed).\n"),
+                 "at_equal_speed). A scheduler that changes the step time itself (fewer "
+                 "preemptions: fewer recompute prefills among the decode steps) has that "
+                 "gain read as the machine's; where a band's pairs all lean one way the "
+                 "intercept is an extrapolation (wide bounds).\n"),
                  report.adjusted_table(results.adjusted, baseline)]
     return "\n".join(text)

@@ -285,7 +285,8 @@ def finish(results: SweepResults, out: Path) -> str:
     (out / "sweep.json").write_bytes(msgspec.json.encode(results))
     text = summary_text(results)
     (out / "summary.md").write_text(text)
-    plot_sweep(results.points, results.capacities, out, results.capacity_rps)
+    plot_sweep(results.points, results.capacities, out, results.capacity_rps, results.runs,
+               baseline)
     return text
 
 

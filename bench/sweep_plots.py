@@ -1,5 +1,6 @@
 """The curves of `lengthwise bench sweep` (matplotlib, Agg): figures against load, one line
-per system, the median with min-max error bars over repetitions."""
+per system, the median with min-max error bars over repetitions; and each system's ratios
+to the baseline pair by pair (same load, same draw), with the engines' step-time ratio."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.ticker import FuncFormatter
 
-from bench.sweepstats import ATTAINED, Point, SystemCapacity
+from bench.enginespeed import speed_ratio
+from bench.sweepstats import ATTAINED, Point, SweepRun, SystemCapacity
 
 _LATENCY = (("mean_ttft", "mean TTFT (s)"), ("p99_ttft", "p99 TTFT (s)"),
             ("mean_jct", "mean JCT (s)"), ("p99_jct", "p99 JCT (s)"))
@@ -74,13 +77,71 @@ def _attainment(points: Sequence[Point], caps: Sequence[SystemCapacity], path: P
     return path
 
 
+_RATIOS = (("mean_ttft", "mean TTFT"), ("p99_ttft", "p99 TTFT"), ("mean_tpot", "mean TPOT"),
+           ("mean_jct", "mean JCT"), ("p99_jct", "p99 JCT"))
+
+
+def _paired(runs: Sequence[SweepRun], baseline: str, system: str, figure: str
+            ) -> dict[float, list[float]]:
+    """load -> the system's ratios to the baseline at that load, one per repetition
+    (figure "step": the engines' step-time ratio at matched batch sizes)."""
+    base = {(r.load, r.repeat): r for r in runs if r.system == baseline}
+    out: dict[float, list[float]] = {}
+    for run in runs:
+        ref = base.get((run.load, run.repeat))
+        if run.system != system or ref is None:
+            continue
+        if figure == "step":
+            ratio = (speed_ratio(ref.speed, run.speed)[0] if ref.speed and run.speed
+                     else math.nan)
+        else:
+            theirs = getattr(ref.summary, figure)
+            ratio = getattr(run.summary, figure) / theirs if theirs > 0 else math.nan
+        if ratio > 0:  # not nan: nothing completed, or no step times
+            out.setdefault(run.load, []).append(ratio)
+    return out
+
+
+def _ratios(runs: Sequence[SweepRun], baseline: str, path: Path, xlabel: str) -> Path:
+    """One panel per figure: each pair's ratio (dots) and their geometric mean per load
+    (line), log scale, 1.0 and 1.05 marked; the last panel the engines' step-time ratio."""
+    systems = [s for s in dict.fromkeys(r.system for r in runs) if s != baseline]
+    fig, axes = plt.subplots(2, 3, figsize=(16.5, 8), squeeze=False)
+    panels = (*_RATIOS, ("step", "engine step time"))
+    for ax, (figure, label) in zip(axes.flat, panels, strict=True):
+        for k, system in enumerate(systems):
+            by_load = _paired(runs, baseline, system, figure)
+            loads = sorted(by_load)
+            ax.scatter([x for x in loads for _ in by_load[x]],
+                       [v for x in loads for v in by_load[x]], color=f"C{k + 1}", alpha=0.45,
+                       s=18)
+            ax.plot(loads, [math.exp(sum(map(math.log, by_load[x])) / len(by_load[x]))
+                            for x in loads], color=f"C{k + 1}", marker="o", label=system)
+        ax.axhline(1.0, color="grey", linewidth=1)
+        ax.axhline(1.05, color="grey", linestyle=":", linewidth=1)
+        ax.set_yscale("log")
+        plain = FuncFormatter(lambda value, _: f"{value:.2g}")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+        ax.set(xlabel=xlabel, ylabel=f"{label} / {baseline}'s (same draw)")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_sweep(points: Sequence[Point], caps: Sequence[SystemCapacity], out: Path,
-               capacity_rps: float) -> list[Path]:
-    """latency_vs_load.png, engine_vs_load.png and, with objectives,
-    attainment_vs_load.png, in `out`."""
+               capacity_rps: float, runs: Sequence[SweepRun] = (),
+               baseline: str = "") -> list[Path]:
+    """latency_vs_load.png, engine_vs_load.png, with objectives attainment_vs_load.png, and
+    with `runs` of a system beside the `baseline` ratios_vs_load.png, in `out`."""
     xlabel = f"load (x {capacity_rps:.3g} req/s)"
     paths = [_panels(points, _LATENCY, out / "latency_vs_load.png", xlabel),
              _panels(points, _ENGINE, out / "engine_vs_load.png", xlabel, columns=3)]
     if any("attainment" in p.figures for p in points):
         paths.append(_attainment(points, caps, out / "attainment_vs_load.png", xlabel))
+    if any(run.system != baseline for run in runs):
+        paths.append(_ratios(runs, baseline, out / "ratios_vs_load.png", xlabel))
     return paths

@@ -184,6 +184,8 @@ def test_summary_tables_and_plots(tmp_path: Path) -> None:
     assert {p.name for p in paths} == {"latency_vs_load.png", "engine_vs_load.png",
                                        "attainment_vs_load.png"}
     assert all(p.stat().st_size > 10_000 for p in paths)
+    ratios = plot_sweep(results.points, results.capacities, tmp_path, 2.0, runs, "vllm")[-1]
+    assert ratios.name == "ratios_vs_load.png" and ratios.stat().st_size > 10_000
     best_effort = [msgspec.structs.replace(r, attainment=None) for r in runs]
     assert len(plot_sweep(points(best_effort), [], tmp_path, 2.0)) == 2
     assert "attainment" not in points(best_effort)[0].figures

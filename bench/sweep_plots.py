@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from bench.enginespeed import speed_ratio
@@ -23,6 +24,13 @@ _LATENCY = (("mean_ttft", "mean TTFT (s)"), ("p99_ttft", "p99 TTFT (s)"),
 _ENGINE = (("step_s", "engine step time (s, the client's)"),
            ("engine_preemptions", "engine preemptions"),
            ("policy_preemptions", "lengthwise preemptions"))
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _curve(ax: Axes, points: Sequence[Point], system: str, figure: str,
@@ -52,10 +60,7 @@ def _panels(points: Sequence[Point], figures: Sequence[tuple[str, str]], path: P
     # on the first panel with a curve (a client without token times draws no step times)
     next((ax for ax in axes.flat if ax.get_legend_handles_labels()[0]), axes[0][0]).legend(
         fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _attainment(points: Sequence[Point], caps: Sequence[SystemCapacity], path: Path,
@@ -71,10 +76,7 @@ def _attainment(points: Sequence[Point], caps: Sequence[SystemCapacity], path: P
     ax.title.set_fontsize(9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 _RATIOS = (("mean_ttft", "mean TTFT"), ("p99_ttft", "p99 TTFT"), ("mean_tpot", "mean TPOT"),
@@ -126,10 +128,7 @@ def _ratios(runs: Sequence[SweepRun], baseline: str, path: Path, xlabel: str) ->
         ax.set(xlabel=xlabel, ylabel=f"{label} / {baseline}'s (same draw)")
         ax.grid(alpha=0.3, which="both")
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_sweep(points: Sequence[Point], caps: Sequence[SystemCapacity], out: Path,

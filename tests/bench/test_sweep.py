@@ -231,7 +231,11 @@ def test_a_tiny_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert summary in printed
     assert {p.name for p in out.glob("*.png")} == {"latency_vs_load.png",
                                                    "engine_vs_load.png",
-                                                   "attainment_vs_load.png"}
+                                                   "attainment_vs_load.png",
+                                                   "ratios_vs_load.png"}
+    # --report redraws it from OUT/sweep.json, running nothing
+    assert main(["sweep", "--report", "--out", str(out)]) == 0
+    assert summary in capsys.readouterr().out
 
 
 def test_a_run_where_nothing_completed_is_summarized_and_read_back(tmp_path: Path) -> None:

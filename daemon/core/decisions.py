@@ -134,15 +134,20 @@ def admits(lane: Lane, kv_tokens: float, context: int, policy: Policy,
 def hold_reason(lane: Lane, job: Job, kv_tokens: float, policy: Policy,
                 left: slo.Left) -> str | None:
     """Why a decision round left `job` (the next in order, not launched) waiting although
-    `lane` has a free slot and KV for its context now; None where it does not (no free
-    slot, or its context does not fit now: nothing to explain).
+    `lane` has a free slot; None where it has none (nothing to explain).
+    "cache-full": the KV held now, as lengthwise counts it (Lane.held_now_blocks), leaves
+    no room for its context and next tokens;
     "wait-is-cheaper": room frees sooner than a preemption would cost (admits);
     "peak": scheduler.admission = "peak" holds it until the projected peak fits;
     "policy": admission would start it but the policy's order or pacing chose no launch
     (e.g. scls's batching interval, or a job the look-ahead guard put first elsewhere)."""
     context = job.num_context_tokens
-    if lane.free_slots <= 0 or not lane.memory_bound or not lane.room_now(context):
-        return None if lane.free_slots <= 0 or lane.memory_bound else "policy"
+    if lane.free_slots <= 0:
+        return None
+    if not lane.memory_bound:
+        return "policy"
+    if not lane.room_now(context):
+        return "cache-full"
     if admits(lane, kv_tokens, context, policy, left):
         return "policy"
     return "wait-is-cheaper" if lane.work_conserving else "peak"

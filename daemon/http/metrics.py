@@ -95,8 +95,9 @@ class _SchedulerCollector(Collector):
             yield family
         held = CounterMetricFamily(
             "lengthwise_admission_held", "Decision rounds that left the next waiting job "
-            "waiting while this executor had a free slot and KV for it now, by the rule that "
-            "held it: wait-is-cheaper (room frees sooner than a preemption costs), peak "
+            "waiting while this executor had a free slot, by the rule that held it: "
+            "cache-full (the KV held now, as lengthwise counts it, has no room for its "
+            "context), wait-is-cheaper (room frees sooner than a preemption costs), peak "
             "(scheduler.admission = peak), policy (the policy's order or pacing)",
             labels=["executor", "reason"])
         for lane in sched.lanes:

@@ -322,8 +322,9 @@ async def test_work_conserving_admission_waits_when_the_wait_is_cheaper_than_a_p
 def test_no_round_leaves_a_job_that_fits_now_waiting_without_a_counted_reason(
         running: list[int], waiting: list[tuple[int, float]], blocks: int,
         admission: str) -> None:
-    """Property: after any decision round, if the next waiting job's context (and its next
-    tokens) fits in the KV held now and a slot is free, the round counted why it waits."""
+    """Property: after any decision round that leaves a job waiting while a slot is free,
+    the round counted why it waits; "cache-full" exactly where its context (and its next
+    tokens) does not fit in the KV held now."""
 
     async def scenario() -> None:
         c = Core(admission=admission)
@@ -332,14 +333,16 @@ def test_no_round_leaves_a_job_that_fits_now_waiting_without_a_counted_reason(
                    for i, p in enumerate(running)))
         c.turn()
         lane = c.core.lanes[0]
-        before = sum(lane.held.values())
+        before = dict(lane.held)
         c.submit(*(job(f"w{i}", prompt=p, predicted=u / 2, upper=u)
                    for i, (p, u) in enumerate(waiting)))
         c.turn()
         head = c.core.waiting.best(c.core.now(), 1)
-        if head and lane.free_slots > 0 and admission_fits_now(
-                lane.capacity, lane.kv, len(lane.running), head[0].num_context_tokens):
-            assert sum(lane.held.values()) > before
+        if head and lane.free_slots > 0:
+            assert sum(lane.held.values()) > sum(before.values())
+            full = lane.held.get("cache-full", 0) > before.get("cache-full", 0)
+            assert full == (not admission_fits_now(lane.capacity, lane.kv, len(lane.running),
+                                                   head[0].num_context_tokens))
 
     asyncio.run(scenario())
 

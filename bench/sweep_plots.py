@@ -16,8 +16,16 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from bench.enginespeed import speed_ratio
-from bench.sweepstats import ATTAINED, Point, SweepRun, SystemCapacity
+from bench.sweepstats import (
+    ATTAINED,
+    RATIO_FIGURES,
+    Point,
+    SweepRun,
+    SystemCapacity,
+    figure_ratio,
+    paired,
+    step_ratio,
+)
 
 _LATENCY = (("mean_ttft", "mean TTFT (s)"), ("p99_ttft", "p99 TTFT (s)"),
             ("mean_jct", "mean JCT (s)"), ("p99_jct", "p99 JCT (s)"))
@@ -79,27 +87,18 @@ def _attainment(points: Sequence[Point], caps: Sequence[SystemCapacity], path: P
     return _save(fig, path)
 
 
-_RATIOS = (("mean_ttft", "mean TTFT"), ("p99_ttft", "p99 TTFT"), ("mean_tpot", "mean TPOT"),
-           ("mean_jct", "mean JCT"), ("p99_jct", "p99 JCT"))
+_RATIOS = tuple(zip(RATIO_FIGURES, ("mean TTFT", "p99 TTFT", "mean TPOT", "mean JCT",
+                                     "p99 JCT"), strict=True))
 
 
 def _paired(runs: Sequence[SweepRun], baseline: str, system: str, figure: str
             ) -> dict[float, list[float]]:
     """load -> the system's ratios to the baseline at that load, one per repetition
     (figure "step": the engines' step-time ratio at matched batch sizes)."""
-    base = {(r.load, r.repeat): r for r in runs if r.system == baseline}
     out: dict[float, list[float]] = {}
-    for run in runs:
-        ref = base.get((run.load, run.repeat))
-        if run.system != system or ref is None:
-            continue
-        if figure == "step":
-            ratio = (speed_ratio(ref.speed, run.speed)[0] if ref.speed and run.speed
-                     else math.nan)
-        else:
-            theirs = getattr(ref.summary, figure)
-            ratio = getattr(run.summary, figure) / theirs if theirs > 0 else math.nan
-        if ratio > 0:  # not nan: nothing completed, or no step times
+    for run, ref in paired(runs, baseline):
+        ratio = step_ratio(run, ref) if figure == "step" else figure_ratio(run, ref, figure)
+        if run.system == system and ratio > 0:  # not nan: nothing completed, or untimed
             out.setdefault(run.load, []).append(ratio)
     return out
 

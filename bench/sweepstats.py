@@ -5,7 +5,7 @@ engine-speed check. Pure functions of recorded runs (no server, no files)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import msgspec
 import numpy as np
@@ -167,13 +167,31 @@ class Pair(msgspec.Struct, kw_only=True):
     flagged: bool  # engine speeds differ by more than 10 %
 
 
-def pairs(runs: Sequence[SweepRun], baseline: str) -> list[Pair]:
+def paired(runs: Sequence[SweepRun], baseline: str) -> Iterator[tuple[SweepRun, SweepRun]]:
+    """Each other system's run with the baseline's at the same (load, repetition)."""
     base = {(r.load, r.repeat): r for r in runs if r.system == baseline}
-    out = []
     for run in runs:
         ref = base.get((run.load, run.repeat))
-        if run.system == baseline or ref is None:
-            continue
+        if run.system != baseline and ref is not None:
+            yield run, ref
+
+
+def figure_ratio(run: SweepRun, ref: SweepRun, figure: str) -> float:
+    """The run's summary figure over the baseline run's; nan unless both are positive
+    (nothing completed: nan)."""
+    mine, theirs = getattr(run.summary, figure), getattr(ref.summary, figure)
+    return mine / theirs if mine > 0 and theirs > 0 else math.nan
+
+
+def step_ratio(run: SweepRun, ref: SweepRun) -> float:
+    """The run's engine step time over the baseline run's (enginespeed.speed_ratio); nan
+    where either has no step times."""
+    return speed_ratio(ref.speed, run.speed)[0] if ref.speed and run.speed else math.nan
+
+
+def pairs(runs: Sequence[SweepRun], baseline: str) -> list[Pair]:
+    out = []
+    for run, ref in paired(runs, baseline):
         ratio, matched = (speed_ratio(ref.speed, run.speed) if ref.speed and run.speed
                           else (None, False))
         out.append(Pair(load=run.load, repeat=run.repeat, system=run.system,
@@ -210,22 +228,16 @@ def at_equal_speed(runs: Sequence[SweepRun], baseline: str,
     pair's step-time ratio (enginespeed.speed_ratio, at matched batch sizes) over a band of
     loads reads off what the scheduler does at equal engine speed. Bands with fewer than
     `min_pairs` timed pairs are left out."""
-    base = {(r.load, r.repeat): r for r in runs if r.system == baseline}
-    groups: dict[tuple[str, str], list[tuple[float, Summary, Summary]]] = {}
-    for run in runs:
-        ref = base.get((run.load, run.repeat))
-        if run.system == baseline or ref is None or ref.speed is None or run.speed is None:
-            continue
-        step, _ = speed_ratio(ref.speed, run.speed)
+    groups: dict[tuple[str, str], list[tuple[SweepRun, SweepRun]]] = {}
+    for run, ref in paired(runs, baseline):
         band = next(name for name, low, high in BANDS if low <= run.load < high)
-        if step > 0:
-            groups.setdefault((run.system, band), []).append((step, run.summary, ref.summary))
+        if step_ratio(run, ref) > 0:  # not nan: both timed
+            groups.setdefault((run.system, band), []).append((run, ref))
     out = []
     for (system, band), rows in groups.items():
         for figure in RATIO_FIGURES:
-            points = [(math.log(step), math.log(getattr(mine, figure) / getattr(theirs, figure)))
-                      for step, mine, theirs in rows
-                      if getattr(mine, figure) > 0 and getattr(theirs, figure) > 0]
+            points = [(math.log(step_ratio(run, ref)), math.log(ratio)) for run, ref in rows
+                      if (ratio := figure_ratio(run, ref, figure)) > 0]
             if len(points) < min_pairs:
                 continue
             x, y = np.array(points).T

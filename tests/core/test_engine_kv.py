@@ -44,10 +44,10 @@ def test_the_engines_report_frees_what_the_ledger_still_counts_unless_a_preempte
 
 @pytest.mark.asyncio
 async def test_engine_order_hands_vllm_the_policys_priority_or_the_arrival_order() -> None:
-    """scheduler.engine_order: vLLM preempts the job it ranks last. "policy" (the default)
-    ranks by the policy's engine priority (ssjf: most predicted tokens left last);
-    "arrival" by class, then arrival (the latest arrival last); "launch" by class only, so
-    vLLM's tie-break, its own request's arrival (the launch), decides as its FCFS does."""
+    """scheduler.engine_order: vLLM preempts the job it ranks last. "launch" (the default)
+    ranks by class only, so vLLM's tie-break, its own request's arrival (the launch),
+    decides as its FCFS does; "policy" by the policy's engine priority (ssjf: most predicted
+    tokens left last); "arrival" by class, then arrival (the latest arrival last)."""
     def priorities(order: str) -> dict[str, int]:
         """The engine priority each job's Launch carries."""
         c = Core(max_running=4, engine_order=order, policy=SSJF())

@@ -29,7 +29,6 @@ CITY = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Pa
         "required": ["city"], "additionalProperties": False}
 
 
-
 def test_chat_logprobs_one_position_per_token(client: openai.OpenAI) -> None:
     answer = client.chat.completions.create(
         model=MODEL, messages=QUESTION, max_tokens=5, temperature=0, logprobs=True,

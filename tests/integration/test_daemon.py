@@ -19,7 +19,6 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 pytestmark = pytest.mark.engine
 
 
-
 def test_openai_client_streams_a_chat_completion(client: openai.OpenAI) -> None:
     stream = client.chat.completions.create(
         model=MODEL, messages=QUESTION, stream=True, max_tokens=30, temperature=0,

@@ -20,7 +20,6 @@ MODEL = "smollm2-135m-instruct"
 ASK = "What is the capital of France?"
 
 
-
 def test_create_and_retrieve(client: openai.OpenAI) -> None:
     made = client.responses.create(model=MODEL, input=ASK, max_output_tokens=8,
                                    temperature=0, instructions="Answer in one sentence.")

@@ -319,6 +319,14 @@ def summary_text(results: SweepResults) -> str:
     if results.capacities:
         text += ["## SLO capacity (highest load with >= 90 % attainment, interpolated)\n",
                  report.capacity_table(results.capacities, baseline, results.capacity_rps)]
+    if refusals := report.refusals_table(results.runs):
+        text += ["## Refusals, and what shadow mode says of them\n",
+                 ("A request lengthwise refuses (429) counts as a miss in attainment. A "
+                 "system run with `[slo] enforce = false` refuses nothing: it counts the "
+                 "requests it would have refused and whether, served, they met their "
+                 "objective (precision: the share that missed, so that refusing them was "
+                 "right).\n"),
+                 refusals]
     if results.pairs:
         text += [f"## Engine speed: step time against {baseline}'s in the same pair\n",
                  report.pairs_table(results.pairs, baseline)]

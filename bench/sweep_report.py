@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from bench.metrics import Spread
-from bench.sweepstats import Adjusted, Pair, Point, SystemCapacity
+from bench.sweepstats import Adjusted, Pair, Point, SweepRun, SystemCapacity
 
 # (figure, column header, scale, digits)
 _COLUMNS = (("mean_ttft", "mean TTFT (ms)", 1000, 0), ("p99_ttft", "p99 TTFT (ms)", 1000, 0),
@@ -117,4 +117,29 @@ def adjusted_table(rows: Sequence[Adjusted], baseline: str) -> str:
     for a in rows:
         lines.append(f"| {a.system} | {a.band} | {a.figure} | {a.n} | {a.ratio:.2f}x | "
                      f"{a.at_equal_speed:.2f}x ({a.low:.2f}-{a.high:.2f}) |")
+    return "\n".join(lines) + "\n"
+
+
+def refusals_table(runs: Sequence[SweepRun]) -> str:
+    """Per load and lengthwise system: the requests it refused (429) and, in shadow mode
+    ([slo] enforce = false), those it would have refused and whether they then met their
+    objective (lengthwise_slo_shadow_refusals_total). A would-be refusal was right when the
+    request, served anyway, missed: precision = missed / would-refuse. Sums over the
+    repetitions; "" where no run refused or would have."""
+    rows: dict[tuple[float, str], list[float]] = {}
+    for run in runs:
+        met, missed = run.waits.get("shadow:met", 0.0), run.waits.get("shadow:missed", 0.0)
+        if run.waits or run.refused:
+            row = rows.setdefault((run.load, run.system), [0.0, 0.0, 0.0, 0.0])
+            for i, value in enumerate((run.refused, met, missed, 1.0)):
+                row[i] += value
+    if not any(refused or met or missed for refused, met, missed, _ in rows.values()):
+        return ""
+    lines = ["| load | system | runs | refused | would refuse (shadow) | of them met | "
+             "of them missed | precision |", "|---" * 8 + "|"]
+    for (load, system), (refused, met, missed, n) in sorted(rows.items()):
+        shadow = met + missed
+        precision = f"{100 * missed / shadow:.0f} %" if shadow else "–"
+        lines.append(f"| {load:g}x | {system} | {n:g} | {refused:g} | {shadow:g} | {met:g} "
+                     f"| {missed:g} | {precision} |")
     return "\n".join(lines) + "\n"

@@ -191,6 +191,27 @@ def test_summary_tables_and_plots(tmp_path: Path) -> None:
     assert "attainment" not in points(best_effort)[0].figures
 
 
+def test_refusals_and_shadow_precision_are_summed_per_load() -> None:
+    """Enforcing runs show their 429s; shadow runs what they would have refused and how
+    those requests did (missed: refusing them was right); vLLM's server has neither."""
+    from bench.sweep_report import refusals_table
+
+    runs = [_run("vllm", 0.5, r, jct=1.0, att=1.0, step=0.01) for r in range(2)]
+    runs += [msgspec.structs.replace(_run("lw", 0.5, r, jct=1.0, att=1.0, step=0.01),
+                                     refused=3.0 + r, waits={"held:policy": 1.0})
+             for r in range(2)]
+    runs += [msgspec.structs.replace(_run("lw+shadow", 0.5, r, jct=1.0, att=1.0, step=0.01),
+                                     refused=0.0, waits={"shadow:met": 1.0,
+                                                         "shadow:missed": 2.0 + r})
+             for r in range(2)]
+    table = refusals_table(runs)
+    assert "| 0.5x | lw | 2 | 7 | 0 | 0 | 0 | – |" in table
+    assert "| 0.5x | lw+shadow | 2 | 0 | 7 | 2 | 5 | 71 % |" in table
+    assert "vllm" not in table
+    quiet = [msgspec.structs.replace(r, refused=0.0, waits={}) for r in runs]
+    assert refusals_table(quiet) == ""
+
+
 def test_a_tiny_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two lengthwise systems on the simulated engine (vLLM's server needs the real one,
     vLLM's client ~19 s of CPU a run: our client here), 2 loads x 1 repetition: each

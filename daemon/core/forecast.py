@@ -91,12 +91,17 @@ class Forecaster:
     def stamp_overtake_budget(self, job: Job) -> None:
         """Where overtakes are counted, give an arriving job its budget of later arrivals
         that may start before it: slowdown x the jobs running together (now, or as many as
-        the lanes' memory holds, whichever is more). WaitQueue.overtaken counts them."""
+        the lanes' memory holds, whichever is more), plus, with overtake_base = "place",
+        the jobs waiting ahead of it (its place in FCFS's line). WaitQueue.overtaken counts
+        them."""
         if job.overtake_budget is not None or not self.counts_overtakes:
             return
+        aging = self.estimates.config.aging
         together = max(sum(len(lane.running) for lane in self.lanes),
                        sum(self.estimates.slots(lane) for lane in self.lanes if not lane.failed))
-        job.overtake_budget = max(round(self.estimates.config.aging.slowdown * together), 1)
+        if aging.overtake_base == "place":
+            together += len(self.waiting)
+        job.overtake_budget = max(round(aging.slowdown * together), 1)
 
     def ahead_of(self, job: Job, pending: Iterable[Job] = ()) -> list[Job]:
         """Jobs that go before a new `job` with an objective, in the order they go: waiting

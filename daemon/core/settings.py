@@ -67,6 +67,11 @@ class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     # seconds. False: the bound is slowdown x the typical service, which any overload
     # passes for every job (docs/policies.md).
     overtaking: Annotated[bool, BENCH_KNOB] = True
+    # What slowdown multiplies into an arriving job's overtake budget: "together" (the jobs
+    # running together), or "place" (those plus the jobs already waiting when it arrived:
+    # its place in FCFS's line, so that it starts at most ~slowdown x its FCFS wait later,
+    # and a long queue in overload leaves the policy room to reorder it).
+    overtake_base: Annotated[Literal["together", "place"], BENCH_KNOB] = "together"
     # False: no bound at all (comparisons with a policy's own starvation behaviour).
     enabled: Annotated[bool, BENCH_KNOB] = True
 

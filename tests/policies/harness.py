@@ -137,11 +137,12 @@ def expected_tokens(job: Job, count: int) -> list[int]:
 def make_config(policy: str, *, max_running: int = 2, promote_after_s: float | None = None,
                 policies: PoliciesConfig | None = None, slowdown: float = 0.0,
                 preempt: bool = False, lookahead: bool = False,
-                overtaking: bool = False) -> Config:
+                overtaking: bool = False, overtake_base: str = "together") -> Config:
     """Aging off unless promote_after_s is given; then absolute only unless slowdown > 0."""
     aging = AgingConfig(promote_after_s=promote_after_s or 60.0,
                         enabled=promote_after_s is not None, slowdown=slowdown,
-                        preempt=preempt, lookahead=lookahead, overtaking=overtaking)
+                        preempt=preempt, lookahead=lookahead, overtaking=overtaking,
+                        overtake_base=overtake_base)  # type: ignore[arg-type]
     return Config(scheduler=SchedulerConfig(policy=policy, max_running=max_running,
                                             aging=aging),
                   policies=policies or PoliciesConfig())

@@ -129,6 +129,25 @@ def test_a_queue_does_not_turn_aging_into_fcfs() -> None:
     assert sum(n == 8 for n in overtakes.values()) >= 10  # the bound is what held them
 
 
+def test_a_budget_on_the_place_in_line_grows_with_the_queue() -> None:
+    """overtake_base = "place": a job's budget is slowdown x (jobs running together + jobs
+    waiting when it arrived), so in the overload (the queue grows for the whole run) later
+    jobs may be overtaken more, SJF's order holds longer and short jobs wait less than under
+    the fixed budget; the bound still holds for each job."""
+    fixed, _ = _mean_short_wait(harness.make_config(
+        "ssjf", max_running=1, promote_after_s=60.0, slowdown=0.5, lookahead=True,
+        overtaking=True))
+    placed, result = _mean_short_wait(harness.make_config(
+        "ssjf", max_running=1, promote_after_s=60.0, slowdown=0.5, lookahead=True,
+        overtaking=True, overtake_base="place"))
+    budgets = [job.overtake_budget or 0 for job in sorted(result.jobs,
+                                                          key=lambda j: j.arrival_time)]
+    assert budgets[0] == 1 and max(budgets[-20:]) >= 5  # the queue grew
+    assert placed < 0.8 * fixed
+    overtakes = _overtakes(result)
+    assert all(overtakes[job.job_id] <= (job.overtake_budget or 0) for job in result.jobs)
+
+
 @pytest.mark.parametrize("policy", ["ssjf", "isrtf", "alise", "oracle-sjf", "oracle-srpt"])
 def test_without_aging_the_long_job_starves(policy: str) -> None:
     """The control: the workload above does starve length-aware policies without aging."""

@@ -81,6 +81,7 @@ class PredictedTtftCollector(Collector):
         yield family
         yield GaugeMetricFamily(
             "lengthwise_slo_admission_margin_ratio", "What admission multiplies a request's "
-            "forecast wait by before it compares it with the TTFT objective: the 95th "
+            "forecast wait by before it compares it with the TTFT objective: the 10th "
             "percentile of real / forecast wait of the requests it promised a start in the "
-            "last 30 s (2 until 8 of them started; never below 1)", value=forecast.margin())
+            "last 30 s (1 until 8 of them started), so that it refuses only what misses "
+            "even if it starts that early", value=forecast.margin())

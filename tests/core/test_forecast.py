@@ -7,6 +7,7 @@ import asyncio
 import collections
 import math
 
+import numpy as np
 import pytest
 
 from daemon.core.admission import MIN_OBSERVED
@@ -180,6 +181,28 @@ async def test_admission_scales_waits_by_the_errors_it_has_seen() -> None:
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.6))) is None
     refusal = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.4)))
     assert refusal is not None and refusal.predicted_s == pytest.approx(1.5, abs=0.02)
+
+
+@pytest.mark.asyncio
+async def test_admission_refuses_only_what_misses_even_at_an_early_start() -> None:
+    """Refusals are meant to be right: with starts at 0.3-2.0x their forecasts, admission
+    refuses on the 10th percentile of those errors (a forecast that errs high refuses less
+    than it says), so a job whose 1 s forecast wait would miss a 1 s objective at face value
+    is accepted, and one refused would have missed at nine in ten of the starts seen."""
+    core = _core()
+    forecast = core.forecast
+    now = core.now()
+    core.lanes[0].running["r"] = _job("r", 100, now)  # a forecast wait of 1 s
+    ratios = [0.3, 0.3, 0.4, 0.6, 0.8, 1.0, 1.2, 1.5, 1.8, 2.0]
+    for k, ratio in enumerate(ratios):
+        job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=60.0))
+        assert forecast.admit(job, [], 0, 10, set()) is None
+        forecast.started(job.job_id, now + ratio)
+    assert forecast.margin() == pytest.approx(float(np.percentile(ratios, 10)), abs=0.01)
+    assert forecast.margin() < 1.0
+    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.5))) is None
+    refused = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.25)))
+    assert refused is not None and refused.predicted_s == pytest.approx(0.3, abs=0.02)
 
 
 @pytest.mark.asyncio

@@ -135,8 +135,9 @@ def refusals_table(runs: Sequence[SweepRun]) -> str:
                 row[i] += value
     if not any(refused or met or missed for refused, met, missed, _ in rows.values()):
         return ""
-    lines = ["| load | system | runs | refused | would refuse (shadow) | of them met | "
-             "of them missed | precision |", "|---" * 8 + "|"]
+    head = ("| load | system | runs | refused | would refuse (shadow) | of them met | "
+            "of them missed | precision |")
+    lines = [head, "|---" * 8 + "|"]
     for (load, system), (refused, met, missed, n) in sorted(rows.items()):
         shadow = met + missed
         precision = f"{100 * missed / shadow:.0f} %" if shadow else "–"

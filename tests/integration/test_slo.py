@@ -14,7 +14,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from daemon.http.slo import DROPPED_HEADER, TTFT_HEADER
+from daemon.http.slo import DROPPED_HEADER, TPOT_HEADER, TTFT_HEADER
 from tests.support import DaemonProcess
 
 pytestmark = pytest.mark.engine
@@ -117,3 +117,29 @@ async def _scenario(daemon: DaemonProcess, http: httpx.AsyncClient,
         daemon.metric, "lengthwise_slo_requests_total", outcome=outcome) - before[outcome]
         for outcome in OUTCOMES}
     assert counts == {"met": 1, "missed": 0, "refused": 1, "shed": 1}
+
+
+@pytest.mark.asyncio
+async def test_a_trickle_with_objectives_starts_at_once_and_is_never_refused(
+        policy_daemon: Callable[[str], DaemonProcess]) -> None:
+    """Light load (issue 39): requests with objectives that arrive one after another each
+    start within a decision round of being queued, and none is refused."""
+    daemon = policy_daemon("ssjf")
+
+    def queue_phase() -> tuple[float, float]:
+        return (daemon.metric("lengthwise_ttft_phase_seconds_sum", phase="queue"),
+                daemon.metric("lengthwise_ttft_phase_seconds_count", phase="queue"))
+
+    (waited, started), refused = queue_phase(), daemon.metric(
+        "lengthwise_slo_requests_total", outcome="refused")
+    async with httpx.AsyncClient(base_url=daemon.base_url, timeout=120) as http:
+        for i in range(5):
+            response = await http.post("/v1/chat/completions", json=_ask(16, text=f"hi {i}"),
+                                       headers={TTFT_HEADER: "1000",
+                                                TPOT_HEADER: "50"})
+            assert response.status_code == 200, response.text
+            await asyncio.sleep(0.05)
+    now_waited, now_started = queue_phase()
+    assert now_started - started == 5
+    assert (now_waited - waited) / 5 < 0.05  # no wait beyond a decision round
+    assert daemon.metric("lengthwise_slo_requests_total", outcome="refused") == refused

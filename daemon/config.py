@@ -142,6 +142,10 @@ class SloConfig(_Section, frozen=True):
     # and count what enforcement would have refused and whether it then met its objective
     # (lengthwise_slo_shadow_refusals_total), to check refusals before turning them on.
     enforce: bool = True
+    # Admission refuses a request whose first token misses its objective even if it starts
+    # as early, against its forecast, as this percentile of recent starts did
+    # (daemon/core/forecast.py): lower refuses only surer misses.
+    refuse_quantile: Annotated[float, msgspec.Meta(gt=0, lt=100), BENCH_KNOB] = 50.0
 
 
 class PredictorConfig(_Section, frozen=True):

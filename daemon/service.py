@@ -78,6 +78,7 @@ def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Que
     lanes = [Lane(ex.name, ex.commands, slots_per_engine(config)) for ex in executors]
     core = Scheduler(lanes, make_policy(config, cost=cost), config.scheduler, inbox, **ports)
     core.forecast.enforce = config.slo.enforce
+    core.forecast.refuse_quantile = config.slo.refuse_quantile
     return core
 
 
@@ -208,6 +209,7 @@ class Service:
         keys = self._load_keys(config)  # the file's contents change live; may raise
         self.scheduler.reconfigure(config.scheduler, make_policy(config))
         self.scheduler.forecast.enforce = config.slo.enforce  # read on the same loop
+        self.scheduler.forecast.refuse_quantile = config.slo.refuse_quantile
         self.keys = keys
         self.config = config
         self.metrics.config_live(config.scheduler.policy, config_sha256(config))

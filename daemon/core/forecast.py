@@ -5,11 +5,12 @@ Admission learns its own error: each accepted job with a TTFT objective is promi
 some forecast wait from now; when it starts (or turns late) its real wait over the forecast
 one is a sample. A refusal must be right (the issue-39 target: >= 90 % of the refused would
 have missed), so admission refuses only a job that misses even if it starts as early,
-relative to its forecast, as the REFUSE_QUANTILE (10th percentile) of the last ERROR_WINDOW
-samples of the last ERROR_HORIZON_S (COLD_RATIO, the forecast as it is, with fewer than
-MIN_ERRORS such samples): a forecast that errs high (the memory forecast waits for the
-projected peak to fit, while work-conserving admission starts a job once its context fits)
-learns a ratio below 1 and refuses less. Before, admission took the 95th percentile (never
+relative to its forecast, as the `refuse_quantile` percentile ([slo] refuse_quantile, a
+benchmark knob; the median) of the last ERROR_WINDOW samples of the last ERROR_HORIZON_S
+(COLD_RATIO, the forecast as it is, with fewer than MIN_ERRORS such samples): a forecast
+that errs high (the memory forecast waits for the projected peak to fit, while
+work-conserving admission starts a job once its context fits) learns a ratio below 1 and
+refuses less. Before, admission took the 95th percentile (never
 below 1; 2 when cold) to keep its promises, and refused requests that would have met their
 objective: at 0.2x memory-bound, 10 of 10 that shadow mode marked met; at 0.5x 50 of 70
 (docs/results/2026-11-28-refusal-precision-and-aging.md). The error is relative because it
@@ -39,9 +40,6 @@ from daemon.core.lanes import Lane
 from daemon.core.ports import QueueFull, SloUnreachable
 from daemon.core.waitqueue import WaitQueue
 
-# Percentile of admission's start errors (real / forecast wait) it refuses on: a refused job
-# would miss even at this start, so >= 90 % of refusals are right if the errors hold.
-REFUSE_QUANTILE = 10
 ERROR_WINDOW = 256  # most recent start errors it reads
 MIN_ERRORS = 8  # errors before they are used
 COLD_RATIO = 1.0  # real / forecast wait assumed before that: the forecast as it is
@@ -61,6 +59,9 @@ class Forecaster:
         # Refuse what cannot meet its objective ([slo] enforce); False: shadow mode, where
         # such a job is served and marked (Job.would_refuse) so that its outcome is counted.
         self.enforce = True
+        # Percentile of the start errors (real / forecast wait) admission refuses on
+        # ([slo] refuse_quantile): a refused job misses even at a start this early.
+        self.refuse_quantile = 50.0
         # accepted job id -> (loop time of its admission, its forecast wait, s)
         self._promised: dict[str, tuple[float, float]] = {}
         # (loop time, real / forecast wait) of the latest starts admission promised
@@ -215,14 +216,14 @@ class Forecaster:
         self._promised.pop(job_id, None)
 
     def margin(self) -> float:
-        """The learned margin (a ratio, REFUSE_QUANTILE of real / forecast wait), from the
+        """The learned margin (a ratio, refuse_quantile of real / forecast wait), from the
         errors of the last ERROR_HORIZON_S."""
         errors = self._errors
         while errors and errors[0][0] < self.now() - ERROR_HORIZON_S:
             errors.popleft()
         if len(errors) < MIN_ERRORS:
             return COLD_RATIO
-        return float(np.percentile([e for _, e in errors], REFUSE_QUANTILE))
+        return float(np.percentile([e for _, e in errors], self.refuse_quantile))
 
     def decode_step_s(self) -> float:
         """A decode step of the batch a new job would join now (the fullest serving lane's

@@ -7,10 +7,11 @@ one is a sample. A refusal must be right (the issue-39 target: >= 90 % of the re
 have missed), so admission refuses only a job that misses even if it starts as early,
 relative to its forecast, as the `refuse_quantile` percentile ([slo] refuse_quantile, a
 benchmark knob; the median) of the last ERROR_WINDOW samples of the last ERROR_HORIZON_S
-(COLD_RATIO, the forecast as it is, with fewer than MIN_ERRORS such samples): a forecast
-that errs high (the memory forecast waits for the projected peak to fit, while
-work-conserving admission starts a job once its context fits) learns a ratio below 1 and
-refuses less. Before, admission took the 95th percentile (never
+(COLD_RATIO, the forecast as it is, with fewer than MIN_ERRORS such samples), learned apart
+for waits bound by the work ahead and waits bound by the KV fitting: the memory bound waits
+for the projected peak to fit, while work-conserving admission starts a job once its context
+fits now, so it errs high and learns a ratio of its own below 1, and refuses less, without
+softening refusals where the work ahead is the bound. Before, admission took the 95th percentile (never
 below 1; 2 when cold) to keep its promises, and refused requests that would have met their
 objective: at 0.2x memory-bound, 10 of 10 that shadow mode marked met; at 0.5x 50 of 70
 (docs/results/2026-11-28-refusal-precision-and-aging.md). The error is relative because it
@@ -62,11 +63,15 @@ class Forecaster:
         # Percentile of the start errors (real / forecast wait) admission refuses on
         # ([slo] refuse_quantile): a refused job misses even at a start this early.
         self.refuse_quantile = 50.0
-        # accepted job id -> (loop time of its admission, its forecast wait, s)
-        self._promised: dict[str, tuple[float, float]] = {}
-        # (loop time, real / forecast wait) of the latest starts admission promised
-        self._errors: collections.deque[tuple[float, float]] = collections.deque(
-            maxlen=ERROR_WINDOW)
+        # accepted job id -> (loop time of its admission, its forecast wait (s), whether
+        # the wait was the memory bound's)
+        self._promised: dict[str, tuple[float, float, bool]] = {}
+        # (loop time, real / forecast wait) of the latest starts admission promised, apart
+        # for forecasts of the work ahead (False) and of the memory bound (True): they err
+        # apart (the memory bound waits for the projected peak; work-conserving admission
+        # starts a job once its context fits now).
+        self._errors: dict[bool, collections.deque[tuple[float, float]]] = {
+            memory: collections.deque(maxlen=ERROR_WINDOW) for memory in (False, True)}
 
     def _service_s(self, job: Job) -> float:
         """A job's predicted service; the typical one while it has no prediction yet."""
@@ -129,11 +134,11 @@ class Forecaster:
         yet queued) and `shedding` ids already named to be shed: SloUnreachable when it
         cannot meet its objective; QueueFull at max_waiting unless a sheddable job of a
         less urgent class gives up its room (its id is returned and added to `shedding`)."""
-        wait = None
+        wait, memory = None, False
         if job.on_time:
-            wait = self.wait_s(job, pending)
-            refusal = slo.refusal(job, self._start_s(job, wait), self.estimates.policy,
-                                  self.decode_step_s())
+            wait, memory = self._wait_behind(job, self.ahead_of(job, pending))
+            refusal = slo.refusal(job, self._start_s(job, wait, memory),
+                                  self.estimates.policy, self.decode_step_s())
             if refusal is not None and self.enforce:
                 raise SloUnreachable(refusal)
             if refusal is not None:  # shadow mode: served, and its outcome counted
@@ -146,7 +151,7 @@ class Forecaster:
             shedding.add(victim.job_id)
         if wait and math.isfinite(wait) and job.slo is not None and job.slo.ttft_s is not None:
             # accepted to wait for a first token due in time: its promise, without the margin
-            self._promised[job.job_id] = (self.now(), wait)
+            self._promised[job.job_id] = (self.now(), wait, memory)
             if len(self._promised) > _MAX_PROMISES:
                 del self._promised[next(iter(self._promised))]  # the oldest
         return None if victim is None else victim.job_id
@@ -163,23 +168,23 @@ class Forecaster:
     def start_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
         """When a new job with an objective would start, in seconds after its arrival: the
         time since, and the forecast wait times the learned margin."""
-        return self._start_s(job, self.wait_s(job, pending))
+        return self._start_s(job, *self._wait_behind(job, self.ahead_of(job, pending)))
 
-    def _start_s(self, job: Job, wait: float) -> float:
-        margin = max(wait, RATIO_FLOOR_S) * self.margin() if wait > 0 else 0.0
+    def _start_s(self, job: Job, wait: float, memory: bool = False) -> float:
+        margin = max(wait, RATIO_FLOOR_S) * self.margin(memory) if wait > 0 else 0.0
         return self.now() - job.arrival_time + margin
 
     def wait_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
         """The forecast wait of a new job with an objective, from now: until the jobs ahead
         of it have started, and no sooner than its KV fits beside them."""
-        return self._wait_behind(job, self.ahead_of(job, pending))
+        return self._wait_behind(job, self.ahead_of(job, pending))[0]
 
-    def _wait_behind(self, job: Job, ahead: Sequence[Job]) -> float:
+    def _wait_behind(self, job: Job, ahead: Sequence[Job]) -> tuple[float, bool]:
         """Seconds until `job` would start behind `ahead`: when they have started, and no
-        sooner than its KV fits beside them."""
-        context = job.num_context_tokens
-        return max(self._start_in(ahead),
-                   self._fits_in(self.estimates.footprint(job), context, ahead))
+        sooner than its KV fits beside them; and whether the latter is the bound."""
+        queue = self._start_in(ahead)
+        memory = self._fits_in(self.estimates.footprint(job), job.num_context_tokens, ahead)
+        return max(queue, memory), memory > queue
 
     def _fits_in(self, tokens: float, context: int, ahead: Sequence[Job],
                  lanes: Sequence[Lane] | None = None) -> float:
@@ -208,17 +213,18 @@ class Forecaster:
         promised = self._promised.pop(job_id, None)
         if promised is None:
             return
-        admitted, wait = promised
-        self._errors.append((now, (now - admitted) / max(wait, RATIO_FLOOR_S)))
+        admitted, wait, memory = promised
+        self._errors[memory].append((now, (now - admitted) / max(wait, RATIO_FLOOR_S)))
 
     def forget(self, job_id: str) -> None:
         """A job ended without starting: its promise is no sample."""
         self._promised.pop(job_id, None)
 
-    def margin(self) -> float:
-        """The learned margin (a ratio, refuse_quantile of real / forecast wait), from the
-        errors of the last ERROR_HORIZON_S."""
-        errors = self._errors
+    def margin(self, memory: bool = False) -> float:
+        """The learned margin (a ratio, refuse_quantile of real / forecast wait) of
+        forecasts of the work ahead, or (`memory`) of the memory bound, from the errors of
+        the last ERROR_HORIZON_S."""
+        errors = self._errors[memory]
         while errors and errors[0][0] < self.now() - ERROR_HORIZON_S:
             errors.popleft()
         if len(errors) < MIN_ERRORS:
@@ -250,7 +256,7 @@ class Forecaster:
             mine = next(((rank, key) for rank, key, other in keyed if other is job), (0, 0.0))
             ahead = [other for rank, key, other in keyed if other is not job and (
                 (rank, key) < mine or self.waiting.deadline(other) <= now)]
-            start = since + self._wait_behind(job, ahead)
+            start = since + self._wait_behind(job, ahead)[0]
         else:  # running (or about to be queued: now)
             start = since
         first = (job.first_token_time - job.arrival_time if job.first_token_time is not None

@@ -79,9 +79,12 @@ class PredictedTtftCollector(Collector):
             if math.isfinite(ttft):
                 family.add_metric([lane.name], ttft)
         yield family
-        yield GaugeMetricFamily(
+        margin = GaugeMetricFamily(
             "lengthwise_slo_admission_margin_ratio", "What admission multiplies a request's "
-            "forecast wait by before it compares it with the TTFT objective: the 10th "
-            "percentile of real / forecast wait of the requests it promised a start in the "
-            "last 30 s (1 until 8 of them started), so that it refuses only what misses "
-            "even if it starts that early", value=forecast.margin())
+            "forecast wait by before it compares it with the TTFT objective, by what bounds "
+            "the forecast (queue: the work ahead; memory: its KV fitting): the median "
+            "([slo] refuse_quantile) of real / forecast wait of the requests it promised "
+            "such a start in the last 30 s (1 until 8 of them started)", labels=["forecast"])
+        for name, memory in (("queue", False), ("memory", True)):
+            margin.add_metric([name], forecast.margin(memory))
+        yield margin

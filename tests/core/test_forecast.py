@@ -4,7 +4,6 @@ its refusal, a queued job's predicted latency, a lane's predicted TTFT, the job 
 from __future__ import annotations
 
 import asyncio
-import collections
 import math
 
 import numpy as np
@@ -177,7 +176,7 @@ async def test_admission_scales_waits_by_the_errors_it_has_seen() -> None:
     admitted = _job("i", 5, now, slo=Slo(ttft_s=5.0))
     assert idle.admit(admitted, [], 0, 10, set()) is None
     idle.started(admitted.job_id, now + 3.0)
-    assert idle._errors == collections.deque()
+    assert not any(idle._errors.values())
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.6))) is None
     refusal = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.4)))
     assert refusal is not None and refusal.predicted_s == pytest.approx(1.5, abs=0.02)
@@ -206,6 +205,28 @@ async def test_admission_refuses_only_what_misses_even_at_an_early_start() -> No
     forecast.refuse_quantile = 10.0
     assert forecast.margin() == pytest.approx(float(np.percentile(ratios, 10)), abs=0.01)
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.5))) is None
+
+
+@pytest.mark.asyncio
+async def test_waits_bound_by_memory_learn_their_own_error() -> None:
+    """A forecast bound by the KV fitting errs apart from one of the work ahead (the memory
+    bound waits for the projected peak, while the engine starts jobs sooner): starts 5x
+    sooner than such forecasts lower only the memory margin, and only refusals bound by
+    memory become rarer."""
+    core = _core("peak")
+    forecast, lane, now = core.forecast, core.lanes[0], core.now()
+    lane.set_capacity(Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8), None)
+    for name, tokens in (("short", 50), ("long", 200)):  # 0.5 s and 2 s left, 4 blocks each
+        lane.running[name] = _job(name, tokens, now)
+        lane.kv.reserve(name, 64, context_tokens=2)
+    assert forecast.refusal(_job("n", 120, now, slo=Slo(ttft_s=1.0))) is not None  # 2 s
+    for k in range(MIN_ERRORS):  # forecast 2 s (memory), started after 0.4 s
+        job = _job(f"j{k}", 120, now, slo=Slo(ttft_s=60.0))
+        assert forecast.admit(job, [], 0, 10, set()) is None
+        forecast.started(job.job_id, now + 0.4)
+    assert forecast.margin(memory=True) == pytest.approx(0.2, abs=0.01)
+    assert forecast.margin() == COLD_RATIO
+    assert forecast.refusal(_job("n", 120, now, slo=Slo(ttft_s=1.0))) is None  # 0.4 s
 
 
 @pytest.mark.asyncio

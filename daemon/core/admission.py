@@ -18,9 +18,10 @@ admission is work-conserving. A job whose context (and its next tokens) fits in 
 the running jobs hold *now* starts even where the projected peak overflows, unless the
 wait until the peak fits is shorter than the price of the preemption the overflow would
 cause (`overcommit_pays`: the recompute of the job the engine would preempt, which stalls
-every job in its batch). The engine's own preemption then picks the job lengthwise ranks
-last (vLLM's priority scheduling, with the policy's engine priority), so prediction
-chooses which job yields, not whether the cache idles.
+every job in its batch). The engine's own preemption picks the job it ranks last (vLLM's
+priority scheduling: by default the class, then the job started last, often the new job
+itself, whose own recompute is then the price; core/decisions.py, admits), so prediction
+chooses which job starts, not whether the cache idles.
 
 What must fit is the *peak* of the running set's projected KV, not the sum of the
 footprints: job i holds its context c_i + t at t steps from now until its answer ends at

@@ -11,6 +11,7 @@ cannot resume exactly are never victims.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from daemon.core import admission, guard, slo
@@ -103,21 +104,23 @@ def lane_that_fits(job: Job, lane: Lane, kv_tokens: float, lanes: Sequence[Lane]
     """`lane` if the job may start there now (admits); else the policy's choice among the
     other lanes with a free slot where it may; None when it may start nowhere yet."""
     context = job.num_context_tokens
-    if admits(lane, kv_tokens, context, policy, left):
+    if admits(lane, kv_tokens, context, policy, left, job):
         return lane
     others = {other.name: other for other in lanes if other is not lane
-              and other.free_slots > 0 and admits(other, kv_tokens, context, policy, left)}
+              and other.free_slots > 0 and admits(other, kv_tokens, context, policy, left, job)}
     if not others:
         return None
     return others.get(policy.choose_executor(job, list(others.values())).name)
 
 
 def admits(lane: Lane, kv_tokens: float, context: int, policy: Policy,
-           left: slo.Left | None) -> bool:
+           left: slo.Left | None, job: Job | None = None) -> bool:
     """Memory admission (core/admission.py): the job's KV footprint fits at the projected
     peak; or, work-conserving, its context fits in the KV held now and waiting for the peak
     to fit would cost more than the preemption the overflow may cause (by count only: a
-    free slot is enough)."""
+    free slot is enough). The preemption is of vLLM's victim among the running jobs and
+    `job` itself, which would be started last (under scheduler.engine_order = "launch",
+    of its class it is the victim: its own recompute is the price)."""
     if lane.fits(kv_tokens, context):
         return True
     if left is None or not lane.fits_now(context):
@@ -125,9 +128,12 @@ def admits(lane: Lane, kv_tokens: float, context: int, policy: Policy,
     wait = admission.seconds_until_fits(lane.capacity, lane.kv,
                                         slo.running_ends(lane, policy, left), kv_tokens, context)
     # vLLM's victim: the running request it ranks last, ties to the one added last
-    victim = max(lane.running.values(), key=lambda other: (policy.vllm_priority(other),
-                                                             other.launch_time))
-    return admission.overcommit_pays(wait, victim.num_context_tokens, len(lane.running),
+    ranked = [(policy.vllm_priority(other), other.launch_time, other.num_context_tokens)
+              for other in lane.running.values()]
+    if job is not None:
+        ranked.append((policy.vllm_priority(job), math.inf, context))
+    victim_context = max(ranked)[2]
+    return admission.overcommit_pays(wait, victim_context, len(lane.running),
                                      policy.cost.prefill_s)
 
 
@@ -148,7 +154,7 @@ def hold_reason(lane: Lane, job: Job, kv_tokens: float, policy: Policy,
         return "policy"
     if not lane.room_now(context):
         return "cache-full"
-    if admits(lane, kv_tokens, context, policy, left):
+    if admits(lane, kv_tokens, context, policy, left, job):
         return "policy"
     return "wait-is-cheaper" if lane.work_conserving else "peak"
 

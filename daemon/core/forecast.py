@@ -183,11 +183,12 @@ class Forecaster:
         """Seconds until `job` would start behind `ahead`: when they have started, and no
         sooner than its KV fits beside them; and whether the latter is the bound."""
         queue = self._start_in(ahead)
-        memory = self._fits_in(self.estimates.footprint(job), job.num_context_tokens, ahead)
+        memory = self._fits_in(self.estimates.footprint(job), job.num_context_tokens, ahead,
+                               job=job)
         return max(queue, memory), memory > queue
 
     def _fits_in(self, tokens: float, context: int, ahead: Sequence[Job],
-                 lanes: Sequence[Lane] | None = None) -> float:
+                 lanes: Sequence[Lane] | None = None, job: Job | None = None) -> float:
         """Seconds until a KV footprint of `tokens` (`context` of them held now) fits on some
         serving lane, beside its share of the first MEMORY_AHEAD jobs `ahead` (which take
         their room first) and the running jobs as they end at their predicted times; 0 on a
@@ -201,7 +202,7 @@ class Forecaster:
         first = [(other.num_context_tokens, footprint(other))
                  for other in ahead[:MEMORY_AHEAD]]
         if not first and any(lane.free_slots > 0 and decisions.admits(
-                lane, tokens, context, policy, left) for lane in serving):
+                lane, tokens, context, policy, left, job) for lane in serving):
             return 0.0  # it would start now (work-conserving admission)
         return min((admission.seconds_until_fits(
             lane.capacity, lane.kv, slo.running_ends(lane, policy, left), tokens, context,

@@ -194,7 +194,7 @@ class Scheduler:
             return True
         tokens, context = self.estimates.footprint(job), job.num_context_tokens
         return not any(lane.free_slots > 0 and decisions.admits(
-            lane, tokens, context, self.policy, self.estimates.left_tokens)
+            lane, tokens, context, self.policy, self.estimates.left_tokens, job)
             for lane in self.lanes)
 
     def _first_enqueue(self, job: Job) -> None:

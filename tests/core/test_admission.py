@@ -301,17 +301,24 @@ async def test_work_conserving_admission_holds_what_does_not_fit_now() -> None:
 @pytest.mark.asyncio
 async def test_work_conserving_admission_waits_when_the_wait_is_cheaper_than_a_preemption(
 ) -> None:
-    """A running job with a long context is two tokens from its end: room frees sooner (two
-    full-batch decode steps, ~27 ms on the default cost model) than a recompute of its 1,600
-    tokens would take (~36 ms), so a job that fits now but overflows the projection waits."""
-    c = Core(admission="work-conserving")
-    c.capacity(blocks=120)
-    c.submit(job("long", prompt=1600, predicted=2.0, upper=2.0, max_tokens=2))
-    assert c.turn() == ["long"]
-    c.submit(job("next", prompt=200, predicted=200.0, upper=1800.0, max_tokens=2000))
-    assert c.turn() == []
-    c.finish("long")
-    assert c.turn() == ["next"]
+    """A running job of a less urgent class (vLLM's victim, whatever starts after it) with a
+    long context is two tokens from its end: room frees sooner (two full-batch decode
+    steps, ~27 ms on the default cost model) than a recompute of its 1,600 tokens would take
+    (~36 ms), so a job that fits now but overflows the projection waits. Of the same class
+    the new job would be vLLM's victim itself (started last): its own 200-token recompute
+    is cheaper than the wait, and it starts."""
+    for priority, starts in ((5, []), (0, ["next"])):
+        c = Core(admission="work-conserving")
+        c.capacity(blocks=120)
+        long = job("long", prompt=1600, predicted=2.0, upper=2.0, max_tokens=2)
+        long.priority = priority
+        c.submit(long)
+        assert c.turn() == ["long"]
+        c.submit(job("next", prompt=200, predicted=200.0, upper=1800.0, max_tokens=2000))
+        assert c.turn() == starts
+        if not starts:
+            c.finish("long")
+            assert c.turn() == ["next"]
 
 
 @settings(max_examples=60, deadline=None)

@@ -14,11 +14,13 @@ context fits now, so it errs high and learns a ratio of its own below 1, and ref
 without softening refusals where the work ahead is the bound. Before, admission took the
 95th percentile (never below 1; 2 when cold) to keep its promises, and refused requests
 that would have met their objective: at 0.2x memory-bound, 10 of 10 that shadow mode marked
-met; at 0.5x 50 of 70 (docs/results/2026-11-28-refusal-precision-and-aging.md). The error is relative because it
-grows with the work forecast ahead (each job's predicted service errs); and a job that would
-start now (a free slot, its KV fits) is never refused, so that a ratio learned in a bad
-spell cannot refuse everything while the engine idles; such a job is promised nothing either
-(the ratio is learned from the forecasts it applies to). The horizon lets a ratio lapse.
+met; at 0.5x 50 of 70 (docs/results/2026-11-28-refusal-precision-and-aging.md).
+
+The error is relative because it grows with the work forecast ahead (each job's predicted
+service errs); and a job that would start now (a free slot, its KV fits) is never refused,
+so that a ratio learned in a bad spell cannot refuse everything while the engine idles;
+such a job is promised nothing either (the ratio is learned from the forecasts it applies
+to). The horizon lets a ratio lapse.
 
 A job that ends without starting (cancelled, shed) or is refused leaves no promise behind.
 

@@ -138,9 +138,9 @@ class Forecaster:
         less urgent class gives up its room (its id is returned and added to `shedding`)."""
         wait, memory = None, False
         if job.on_time:
-            wait, memory = self._wait_behind(job, self.ahead_of(job, pending))
-            refusal = slo.refusal(job, self._start_s(job, wait, memory),
-                                  self.estimates.policy, self.decode_step_s())
+            ahead = self.ahead_of(job, pending)
+            wait, memory = self._wait_behind(job, ahead)
+            refusal = self._refusal(job, wait, memory, bool(ahead))
             if refusal is not None and self.enforce:
                 raise SloUnreachable(refusal)
             if refusal is not None:  # shadow mode: served, and its outcome counted
@@ -164,8 +164,19 @@ class Forecaster:
         or it has none."""
         if job.slo is None:
             return None
-        return slo.refusal(job, self.start_s(job, pending), self.estimates.policy,
-                           self.decode_step_s())
+        ahead = self.ahead_of(job, pending)
+        return self._refusal(job, *self._wait_behind(job, ahead), bool(ahead))
+
+    def _refusal(self, job: Job, wait: float, memory: bool, queued: bool
+                 ) -> slo.Refusal | None:
+        """Why `job`, forecast to start in `wait` s (bound by memory, with jobs `queued`
+        ahead of it or not), cannot meet its objective. A wait bound by memory alone with
+        nothing queued ahead refuses nothing: work-conserving admission starts the job as
+        soon as its context fits now, far sooner than the projected peak the forecast waits
+        for (at 0.2x memory-bound, 15 of 15 such would-be refusals in three sweeps met their
+        objective: docs/results/2026-11-28-refusal-precision-and-aging.md)."""
+        start = self._start_s(job, 0.0 if memory and not queued else wait, memory)
+        return slo.refusal(job, start, self.estimates.policy, self.decode_step_s())
 
     def start_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
         """When a new job with an objective would start, in seconds after its arrival: the

@@ -219,6 +219,10 @@ async def test_waits_bound_by_memory_learn_their_own_error() -> None:
     for name, tokens in (("short", 50), ("long", 200)):  # 0.5 s and 2 s left, 4 blocks each
         lane.running[name] = _job(name, tokens, now)
         lane.kv.reserve(name, 64, context_tokens=2)
+    # Nothing queued ahead: work-conserving admission starts it once its context fits now,
+    # so a wait bound by memory alone refuses nothing; behind a queued job it does.
+    assert forecast.refusal(_job("n", 120, now, slo=Slo(ttft_s=1.0))) is None
+    core.waiting.push(_job("ahead", 10, now, slo=Slo(ttft_s=0.5)))
     assert forecast.refusal(_job("n", 120, now, slo=Slo(ttft_s=1.0))) is not None  # 2 s
     for k in range(MIN_ERRORS):  # forecast 2 s (memory), started after 0.4 s
         job = _job(f"j{k}", 120, now, slo=Slo(ttft_s=60.0))

@@ -178,11 +178,6 @@ class Forecaster:
         start = self._start_s(job, 0.0 if memory and not queued else wait, memory)
         return slo.refusal(job, start, self.estimates.policy, self.decode_step_s())
 
-    def start_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
-        """When a new job with an objective would start, in seconds after its arrival: the
-        time since, and the forecast wait times the learned margin."""
-        return self._start_s(job, *self._wait_behind(job, self.ahead_of(job, pending)))
-
     def _start_s(self, job: Job, wait: float, memory: bool = False) -> float:
         margin = max(wait, RATIO_FLOOR_S) * self.margin(memory) if wait > 0 else 0.0
         return self.now() - job.arrival_time + margin

@@ -20,6 +20,7 @@ import pytest
 
 from bench import promtext
 from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig
+from daemon.core.forecast import MIN_ERRORS, Forecaster
 from daemon.core.stream import JobEnd, OutputStream, TokenDelta
 from daemon.http.app import build_app
 from daemon.service import Service
@@ -188,6 +189,14 @@ class DaemonProcess:
         """Sum of the samples named `name` that carry `labels`."""
         return promtext.total(httpx.get(self.base_url + "/metrics", timeout=5).text, name,
                               **labels)
+
+
+def learn_forecast_errors(forecast: Forecaster, ratio: float = 1.0,
+                          memory: bool = False) -> None:
+    """As if MIN_ERRORS promised starts had just come `ratio` x their forecast waits (of the
+    work ahead, or `memory`'s bound): admission refuses on a forecast only once its error is
+    learned."""
+    forecast._errors[memory].extend([(forecast.now(), ratio)] * MIN_ERRORS)
 
 
 async def read_to_end(stream: OutputStream, timeout_s: float = 120.0

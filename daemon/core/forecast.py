@@ -6,10 +6,11 @@ some forecast wait from now; when it starts (or turns late) its real wait over t
 one is a sample. A refusal must be right (the issue-39 target: >= 90 % of the refused would
 have missed), so admission refuses only a job that misses even if it starts as early,
 relative to its forecast, as the `refuse_quantile` percentile ([slo] refuse_quantile, a
-benchmark knob; the median) of the last ERROR_WINDOW samples of the last ERROR_HORIZON_S
-(COLD_RATIO, the forecast as it is, with fewer than MIN_ERRORS such samples), learned apart
-for waits bound by the work ahead and waits bound by the KV fitting: the memory bound waits
-for the projected peak to fit, while work-conserving admission starts a job once its
+benchmark knob; the median) of the last ERROR_WINDOW samples of the last ERROR_HORIZON_S,
+and nothing on a forecast with fewer than MIN_ERRORS such samples (cold, its error is
+unknown: half the refusals made on it at face value were wrong). The errors are learned
+apart for waits bound by the work ahead and waits bound by the KV fitting: the memory bound
+waits for the projected peak to fit, while work-conserving admission starts a job once its
 context fits now, so it errs high and learns a ratio of its own below 1, and refuses less,
 without softening refusals where the work ahead is the bound. Before, admission took the
 95th percentile (never below 1; 2 when cold) to keep its promises, and refused requests
@@ -33,6 +34,7 @@ from __future__ import annotations
 import collections
 import math
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,11 +47,28 @@ from daemon.core.waitqueue import WaitQueue
 
 ERROR_WINDOW = 256  # most recent start errors it reads
 MIN_ERRORS = 8  # errors before they are used
-COLD_RATIO = 1.0  # real / forecast wait assumed before that: the forecast as it is
+COLD_RATIO = 1.0  # margin() shown before that (the forecast as it is); nothing is refused
 RATIO_FLOOR_S = 0.1  # a forecast wait (but none) shorter than this counts as this
 ERROR_HORIZON_S = 30.0  # errors older than this no longer count
 MEMORY_AHEAD = 64  # jobs ahead the KV-fit bound places (the slot forecast counts them all)
 _MAX_PROMISES = 4096  # promises kept (each leaves when its job starts or ends: a safety cap)
+
+
+class Wait(NamedTuple):
+    """A new job's forecast wait: until the jobs ahead of it have started (the slot
+    forecast) and until its KV fits beside them (the memory bound)."""
+
+    queue_s: float
+    memory_s: float
+
+    @property
+    def s(self) -> float:
+        return max(self.queue_s, self.memory_s)
+
+    @property
+    def memory(self) -> bool:
+        """The memory bound is the later one."""
+        return self.memory_s > self.queue_s
 
 
 class Forecaster:
@@ -136,11 +155,12 @@ class Forecaster:
         yet queued) and `shedding` ids already named to be shed: SloUnreachable when it
         cannot meet its objective; QueueFull at max_waiting unless a sheddable job of a
         less urgent class gives up its room (its id is returned and added to `shedding`)."""
-        wait, memory = None, False
+        wait, memory = 0.0, False
         if job.on_time:
             ahead = self.ahead_of(job, pending)
-            wait, memory = self._wait_behind(job, ahead)
-            refusal = self._refusal(job, wait, memory, bool(ahead))
+            behind = self._wait_behind(job, ahead)
+            wait, memory = behind.s, behind.memory
+            refusal = self._refusal(job, behind, bool(ahead))
             if refusal is not None and self.enforce:
                 raise SloUnreachable(refusal)
             if refusal is not None:  # shadow mode: served, and its outcome counted
@@ -165,18 +185,30 @@ class Forecaster:
         if job.slo is None:
             return None
         ahead = self.ahead_of(job, pending)
-        return self._refusal(job, *self._wait_behind(job, ahead), bool(ahead))
+        return self._refusal(job, self._wait_behind(job, ahead), bool(ahead))
 
-    def _refusal(self, job: Job, wait: float, memory: bool, queued: bool
-                 ) -> slo.Refusal | None:
-        """Why `job`, forecast to start in `wait` s (bound by memory, with jobs `queued`
-        ahead of it or not), cannot meet its objective. A wait bound by memory alone with
-        nothing queued ahead refuses nothing: work-conserving admission starts the job as
-        soon as its context fits now, far sooner than the projected peak the forecast waits
-        for (at 0.2x memory-bound, 15 of 15 such would-be refusals in three sweeps met their
-        objective: docs/results/2026-11-28-refusal-precision-and-aging.md)."""
-        start = self._start_s(job, 0.0 if memory and not queued else wait, memory)
-        return slo.refusal(job, start, self.estimates.policy, self.decode_step_s())
+    def _refusal(self, job: Job, wait: Wait, queued: bool) -> slo.Refusal | None:
+        """Why `job`, forecast to start after `wait` (with jobs `queued` ahead of it or
+        not), cannot meet its objective. A forecast refuses only once its error is learned
+        (margin()): cold, it erred either way, and half the refusals made on it were wrong
+        (48 refusals, 25 missed, in four shadow runs at 0.5x and 0.8x; learned, 198 of 210
+        missed). Under work-conserving admission the memory bound errs high (a job starts
+        as soon as its context fits now, far sooner than the projected peak the forecast
+        waits for), so where it is the bound it counts only with jobs queued ahead (with
+        none, 15 of 15 would-be refusals at 0.2x met their objective) and the slot forecast
+        stands while its own margin is cold. Figures: docs/results/2026-11-28-cold-forecasts.md
+        and the record before it."""
+        early = wait.memory and any(lane.work_conserving for lane in self.lanes)
+        if early and not queued:
+            seconds, memory = 0.0, False
+        elif early and not self.learned(memory=True):
+            seconds, memory = wait.queue_s, False
+        else:
+            seconds, memory = wait.s, wait.memory
+        if not self.learned(memory):
+            seconds = 0.0
+        return slo.refusal(job, self._start_s(job, seconds, memory), self.estimates.policy,
+                           self.decode_step_s())
 
     def _start_s(self, job: Job, wait: float, memory: bool = False) -> float:
         margin = max(wait, RATIO_FLOOR_S) * self.margin(memory) if wait > 0 else 0.0
@@ -185,15 +217,25 @@ class Forecaster:
     def wait_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
         """The forecast wait of a new job with an objective, from now: until the jobs ahead
         of it have started, and no sooner than its KV fits beside them."""
-        return self._wait_behind(job, self.ahead_of(job, pending))[0]
+        return self._wait_behind(job, self.ahead_of(job, pending)).s
 
-    def _wait_behind(self, job: Job, ahead: Sequence[Job]) -> tuple[float, bool]:
-        """Seconds until `job` would start behind `ahead`: when they have started, and no
-        sooner than its KV fits beside them; and whether the latter is the bound."""
-        queue = self._start_in(ahead)
-        memory = self._fits_in(self.estimates.footprint(job), job.num_context_tokens, ahead,
-                               job=job)
-        return max(queue, memory), memory > queue
+    def _wait_behind(self, job: Job, ahead: Sequence[Job]) -> Wait:
+        """How long `job` would wait behind `ahead`: until they have started, and no sooner
+        than its KV fits beside them. With nothing ahead, a free slot and its KV fitting
+        now, none (work-conserving admission starts it now, whatever the typical-job slot
+        count says: at 0.5x, 2 refused on that count started at once)."""
+        tokens, context = self.estimates.footprint(job), job.num_context_tokens
+        if not ahead and self._starts_now(tokens, context, self.lanes, job):
+            return Wait(0.0, 0.0)
+        return Wait(self._start_in(ahead), self._fits_in(tokens, context, ahead, job=job))
+
+    def _starts_now(self, tokens: float, context: int, lanes: Sequence[Lane],
+                    job: Job | None = None) -> bool:
+        """Whether a job of footprint `tokens` (`context` held now) with nothing ahead
+        would start now on a serving lane: a free slot, and its KV admitted (decisions)."""
+        policy, left = self.estimates.policy, self.estimates.left_tokens
+        return any(lane.down_reason is None and lane.free_slots > 0 and decisions.admits(
+            lane, tokens, context, policy, left, job) for lane in lanes)
 
     def _fits_in(self, tokens: float, context: int, ahead: Sequence[Job],
                  lanes: Sequence[Lane] | None = None, job: Job | None = None) -> float:
@@ -209,8 +251,7 @@ class Forecaster:
         serving = [lane for lane in (lanes or self.lanes) if lane.down_reason is None]
         first = [(other.num_context_tokens, footprint(other))
                  for other in ahead[:MEMORY_AHEAD]]
-        if not first and any(lane.free_slots > 0 and decisions.admits(
-                lane, tokens, context, policy, left, job) for lane in serving):
+        if not first and self._starts_now(tokens, context, serving, job):
             return 0.0  # it would start now (work-conserving admission)
         return min((admission.seconds_until_fits(
             lane.capacity, lane.kv, slo.running_ends(lane, policy, left), tokens, context,
@@ -232,13 +273,18 @@ class Forecaster:
     def margin(self, memory: bool = False) -> float:
         """The learned margin (a ratio, refuse_quantile of real / forecast wait) of
         forecasts of the work ahead, or (`memory`) of the memory bound, from the errors of
-        the last ERROR_HORIZON_S."""
+        the last ERROR_HORIZON_S; COLD_RATIO before it is learned."""
+        if not self.learned(memory):
+            return COLD_RATIO
+        return float(np.percentile([e for _, e in self._errors[memory]],
+                                   self.refuse_quantile))
+
+    def learned(self, memory: bool = False) -> bool:
+        """At least MIN_ERRORS errors of that forecast in the last ERROR_HORIZON_S."""
         errors = self._errors[memory]
         while errors and errors[0][0] < self.now() - ERROR_HORIZON_S:
             errors.popleft()
-        if len(errors) < MIN_ERRORS:
-            return COLD_RATIO
-        return float(np.percentile([e for _, e in errors], self.refuse_quantile))
+        return len(errors) >= MIN_ERRORS
 
     def decode_step_s(self) -> float:
         """A decode step of the batch a new job would join now (the fullest serving lane's
@@ -265,7 +311,7 @@ class Forecaster:
             mine = next(((rank, key) for rank, key, other in keyed if other is job), (0, 0.0))
             ahead = [other for rank, key, other in keyed if other is not job and (
                 (rank, key) < mine or self.waiting.deadline(other) <= now)]
-            start = since + self._wait_behind(job, ahead)[0]
+            start = since + self._wait_behind(job, ahead).s
         else:  # running (or about to be queued: now)
             start = since
         first = (job.first_token_time - job.arrival_time if job.first_token_time is not None

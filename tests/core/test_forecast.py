@@ -18,6 +18,7 @@ from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
 from daemon.core.settings import SchedulerConfig
 from policies.fcfs import FCFS
+from tests.support import learn_forecast_errors
 
 # 10 ms per decode step and no prefill cost: a job of n tokens takes n x 10 ms.
 COST = CostModel(prefill_base_s=0.0, prefill_per_token_s=0.0, decode_base_s=0.01,
@@ -52,11 +53,13 @@ async def test_a_new_request_starts_after_the_running_job_and_the_work_ahead() -
     new = _job("n", 5, now, slo=Slo(ttft_s=1.0))
     assert forecast.ahead_of(new) == [urgent]
     assert forecast.wait_s(new) == pytest.approx(1.5, abs=0.05)
-    refusal = forecast.refusal(new)  # no start seen yet: waits are taken at COLD_RATIO x
+    assert forecast.refusal(new) is None  # no start seen yet: its error is unknown
+    learn_forecast_errors(forecast)  # starts came as forecast
+    refusal = forecast.refusal(new)
     assert refusal is not None and refusal.reason == "ttft"
-    assert refusal.predicted_s == pytest.approx(1.5 * COLD_RATIO, abs=0.05)
-    assert refusal.retry_after_s == pytest.approx(1.5 * COLD_RATIO - 1.0, abs=0.05)
-    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.6 * COLD_RATIO))) is None
+    assert refusal.predicted_s == pytest.approx(1.5, abs=0.05)
+    assert refusal.retry_after_s == pytest.approx(0.5, abs=0.05)
+    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.6))) is None
     # Arrived, not yet queued: counted when of its class or a more urgent one.
     pending = _job("p", 100, now)
     assert forecast.ahead_of(new, [pending]) == [urgent, pending]
@@ -86,6 +89,8 @@ async def test_a_new_request_waits_until_its_kv_fits() -> None:
     core.waiting.push(ahead)
     assert core.forecast.ahead_of(big) == [ahead]
     assert core.forecast.wait_s(big) == pytest.approx(2.0, abs=0.05)
+    assert core.forecast.refusal(huge) is None  # its error unknown: nothing is refused
+    learn_forecast_errors(core.forecast, memory=True)  # under peak admission, on time
     refusal = core.forecast.refusal(huge)
     assert refusal is not None and refusal.reason == "ttft"
     # The predicted-latency header and the router's metric see memory too: queued behind
@@ -209,28 +214,65 @@ async def test_admission_refuses_only_what_misses_even_at_an_early_start() -> No
 
 @pytest.mark.asyncio
 async def test_waits_bound_by_memory_learn_their_own_error() -> None:
-    """A forecast bound by the KV fitting errs apart from one of the work ahead (the memory
-    bound waits for the projected peak, while the engine starts jobs sooner): starts 5x
-    sooner than such forecasts lower only the memory margin, and only refusals bound by
-    memory become rarer."""
-    core = _core("peak")
+    """Under work-conserving admission a forecast bound by the KV fitting errs apart from
+    one of the work ahead (the memory bound waits for the projected peak, while the engine
+    starts jobs once their context fits now). It refuses only behind a queued job and once
+    its own error is learned (before, the slot forecast stands); starts sooner than such
+    forecasts lower only the memory margin, and only refusals bound by memory become
+    rarer."""
+    core = _core()
     forecast, lane, now = core.forecast, core.lanes[0], core.now()
     lane.set_capacity(Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8), None)
     for name, tokens in (("short", 50), ("long", 200)):  # 0.5 s and 2 s left, 4 blocks each
         lane.running[name] = _job(name, tokens, now)
-        lane.kv.reserve(name, 64, context_tokens=2)
+        lane.kv.reserve(name, 64, context_tokens=64)  # held now
+
+    def wide(name: str, ttft_s: float) -> Job:  # 3 blocks now (8 of 10 held), 9 at its peak
+        job = _job(name, 100, now, slo=Slo(ttft_s=ttft_s))
+        job.prompt_token_ids = [1] * 40
+        return job
+
     # Nothing queued ahead: work-conserving admission starts it once its context fits now,
-    # so a wait bound by memory alone refuses nothing; behind a queued job it does.
-    assert forecast.refusal(_job("n", 120, now, slo=Slo(ttft_s=1.0))) is None
+    # so a wait bound by memory alone refuses nothing.
+    assert forecast.wait_s(wide("n", 1.0)) == pytest.approx(2.0, abs=0.05)
+    assert forecast.refusal(wide("n", 1.0)) is None
     core.waiting.push(_job("ahead", 10, now, slo=Slo(ttft_s=0.5)))
-    assert forecast.refusal(_job("n", 120, now, slo=Slo(ttft_s=1.0))) is not None  # 2 s
-    for k in range(MIN_ERRORS):  # forecast 2 s (memory), started after 0.4 s
-        job = _job(f"j{k}", 120, now, slo=Slo(ttft_s=60.0))
-        assert forecast.admit(job, [], 0, 10, set()) is None
-        forecast.started(job.job_id, now + 0.4)
+    late = wide("late", 1.0)
+    assert forecast.wait_s(late) == pytest.approx(2.0, abs=0.05)  # both running jobs end
+    assert forecast.refusal(late) is None  # cold: the slot forecast (no wait) stands
+
+    def learn(ratio: float, count: int) -> None:
+        for k in range(count):  # forecast 2 s (memory), started after 2 s x ratio
+            job = wide(f"j{ratio}-{k}", 60.0)
+            assert forecast.admit(job, [], 0, 10, set()) is None
+            forecast.started(job.job_id, now + 2.0 * ratio)
+
+    learn(1.0, MIN_ERRORS)  # the memory forecast was right
+    assert forecast.margin(memory=True) == pytest.approx(1.0, abs=0.01)
+    assert forecast.refusal(late) is not None  # 2 s
+    learn(0.2, MIN_ERRORS + 1)  # most starts 5x sooner than forecast
     assert forecast.margin(memory=True) == pytest.approx(0.2, abs=0.01)
     assert forecast.margin() == COLD_RATIO
-    assert forecast.refusal(_job("n", 120, now, slo=Slo(ttft_s=1.0))) is None  # 0.4 s
+    assert forecast.refusal(late) is None  # 0.4 s
+
+
+@pytest.mark.asyncio
+async def test_a_request_that_starts_now_waits_for_no_typical_slot() -> None:
+    """Memory admission counts slots in typical footprints: one running job of the typical
+    size fills this lane by that count, but a small job fits beside it now and starts now,
+    so it is forecast no wait and, whatever the errors seen, refused nothing."""
+    core = _core("peak")
+    forecast, lane, now = core.forecast, core.lanes[0], core.now()
+    lane.set_capacity(Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8), None)
+    core.estimates.launched(100.0)  # 7 blocks: one typical job fills the lane's slots
+    lane.running["r"] = _job("r", 100, now)  # 1 s left
+    lane.kv.reserve("r", 64, context_tokens=2)
+    assert core.estimates.slots(lane) == 1 and lane.free_slots > 0
+    small = _job("small", 10, now, slo=Slo(ttft_s=0.2))
+    assert forecast.wait_s(small) == 0.0
+    assert forecast.refusal(small) is None
+    core.waiting.push(_job("queued", 10, now, slo=Slo(ttft_s=0.1)))  # goes first
+    assert forecast.wait_s(small) == pytest.approx(1.1, abs=0.05)  # behind it, by the count
 
 
 @pytest.mark.asyncio

@@ -19,7 +19,7 @@ from daemon.core.scheduler import Scheduler
 from daemon.core.stream import JobEnd, OutputStream
 from daemon.executors.sim import SimExecutor
 from policies.fcfs import FCFS
-from tests.support import read_to_end
+from tests.support import learn_forecast_errors, read_to_end
 
 FAST = SimConfig(prefill_base_s=0.0005, prefill_per_token_s=0.0, decode_base_s=0.001,
                  decode_per_seq_s=0.0, decode_per_context_token_s=0.0)
@@ -288,6 +288,7 @@ async def test_objectives_refuse_the_hopeless_then_shed_or_demote_the_late() -> 
     assert isinstance(commands.get_nowait(), Launch)
     hopeless = _job("hopeless")
     hopeless.arrival_time, hopeless.slo = now, Slo(ttft_s=1.0)
+    learn_forecast_errors(core.forecast)  # starts came as forecast: it refuses
     with pytest.raises(SloUnreachable) as caught:
         core.submit(hopeless, OutputStream())
     assert caught.value.refusal.reason == "ttft" and caught.value.refusal.retry_after_s > 4
@@ -326,6 +327,7 @@ async def test_shadow_mode_refuses_nothing_and_marks_what_enforcement_refuses() 
     for job in (fits, hopeless):
         job.arrival_time = core.now()
     core.forecast.enforce = False
+    learn_forecast_errors(core.forecast)
     core.submit(fits, OutputStream())
     core.submit(hopeless, OutputStream())
     assert fits.would_refuse is None and hopeless.would_refuse == "ttft"

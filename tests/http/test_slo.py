@@ -23,6 +23,7 @@ from daemon.http.app import build_app
 from daemon.http.errors import ApiError
 from daemon.http.slo import ALIASES, DROPPED_HEADER, TPOT_HEADER, TTFT_HEADER, objective
 from daemon.service import Service
+from tests.support import learn_forecast_errors
 
 MODEL = "smollm2-135m-instruct"
 ASK = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
@@ -45,12 +46,14 @@ async def rig(smollm2_model: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Ser
 
 
 async def _occupy(service: Service, priority: int = 0, count: int = 1) -> None:
-    """Jobs that last seconds on the simulated engine (8 ms a step x 400 tokens)."""
+    """Jobs that last seconds on the simulated engine (8 ms a step x 400 tokens); admission
+    has seen its forecasts come true (it refuses only on a forecast whose error it knows)."""
     for _ in range(count):
         job = service.new_job([1, 2], SamplingSpec(max_tokens=400, ignore_eos=True), priority,
                               "fill", slo=Slo(sheddable=True) if priority == 5 else None)
         service.submit(job)
         await asyncio.sleep(0.05)
+    learn_forecast_errors(service.scheduler.forecast)
 
 
 def test_headers_win_over_the_key_and_the_class() -> None:

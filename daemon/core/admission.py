@@ -112,10 +112,12 @@ class KVLedger:
         return math.ceil(peak)
 
     def now_blocks(self, extra_contexts: Sequence[int] = (),
-                   without: frozenset[str] = frozenset()) -> int:
-        """Blocks the running jobs (but those in `without`; and jobs of `extra_contexts`
-        tokens) hold now, each with NOW_HEADROOM_TOKENS of growth. O(n)."""
-        held = [context for job_id, context in self._context.items() if job_id not in without]
+                   without: frozenset[str] = frozenset(), grown_tokens: int = 0) -> int:
+        """Blocks the running jobs (but those in `without`, each `grown_tokens` longer; and
+        jobs of `extra_contexts` tokens) hold now, each with NOW_HEADROOM_TOKENS of growth.
+        O(n)."""
+        held = [context + grown_tokens for job_id, context in self._context.items()
+                if job_id not in without]
         return sum(self.blocks_for(context + NOW_HEADROOM_TOKENS)
                    for context in (*held, *extra_contexts))
 
@@ -240,6 +242,37 @@ def seconds_until_fits(capacity: Capacity | None, ledger: KVLedger,
         mid = (lo + hi) // 2
         gone = frozenset(job_id for _, job_id in ends[:mid])
         if ledger.peak_blocks(extra, gone) <= capacity.kv_blocks:
+            hi = mid
+        else:
+            lo = mid + 1
+    return ends[hi - 1][0]
+
+
+def seconds_until_room(capacity: Capacity | None, ledger: KVLedger,
+                       ends: list[tuple[float, str]], context_tokens: int,
+                       before: Sequence[int] = (), step_s: float = 0.0) -> float:
+    """Seconds from now until a job with `context_tokens` of context finds room in the KV
+    held now (fits_now), which is when work-conserving admission starts it, if the running
+    jobs end at their predicted times (`ends`: (seconds from now, job id), soonest first)
+    and grow by a token every `step_s` until then, beside the contexts of the jobs that
+    start first (`before`). Not the projected peak (seconds_until_fits): that forecast
+    waits for room the engine does not wait for. A lane left empty admits any job.
+    O(n log n)."""
+    if capacity is None or not ends:
+        return 0.0
+
+    def fits_after(k: int) -> bool:  # once the first k running jobs have ended
+        seconds = ends[k - 1][0] if k else 0.0
+        grown = int(seconds / step_s) if step_s > 0 else 0
+        gone = frozenset(job_id for _, job_id in ends[:k])
+        return ledger.now_blocks([*before, context_tokens], gone, grown) <= capacity.kv_blocks
+
+    if fits_after(0):
+        return 0.0
+    lo, hi = 1, len(ends)  # the fewest ends after which it fits: in (lo - 1, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits_after(mid):
             hi = mid
         else:
             lo = mid + 1

@@ -239,24 +239,36 @@ class Forecaster:
 
     def _fits_in(self, tokens: float, context: int, ahead: Sequence[Job],
                  lanes: Sequence[Lane] | None = None, job: Job | None = None) -> float:
-        """Seconds until a KV footprint of `tokens` (`context` of them held now) fits on some
-        serving lane, beside its share of the first MEMORY_AHEAD jobs `ahead` (which take
-        their room first) and the running jobs as they end at their predicted times; 0 on a
-        lane that admits by count. The slot forecast counts every job as one typical
-        footprint: a bigger one waits for more memory, and the jobs ahead of it take what
-        frees first. About 0.06 ms with 64 running and 32 ahead (2 ms with 512 ahead, hence
-        the cap)."""
-        estimates = self.estimates
-        policy, footprint, left = estimates.policy, estimates.footprint, estimates.left_tokens
+        """Seconds until a job of KV footprint `tokens` (`context` of them held now) would
+        be admitted on some serving lane (_lane_fits_in), beside its share of the first
+        MEMORY_AHEAD jobs `ahead` (which take their room first) and the running jobs as
+        they end at their predicted times. The slot forecast counts every job as one
+        typical footprint: a bigger one waits for more memory, and the jobs ahead of it
+        take what frees first. About 0.06 ms with 64 running and 32 ahead (2 ms with 512
+        ahead, hence the cap)."""
+        footprint = self.estimates.footprint
         serving = [lane for lane in (lanes or self.lanes) if lane.down_reason is None]
         first = [(other.num_context_tokens, footprint(other))
                  for other in ahead[:MEMORY_AHEAD]]
         if not first and self._starts_now(tokens, context, serving, job):
             return 0.0  # it would start now (work-conserving admission)
-        return min((admission.seconds_until_fits(
-            lane.capacity, lane.kv, slo.running_ends(lane, policy, left), tokens, context,
-            first[k::len(serving)]) if lane.memory_bound else 0.0
-            for k, lane in enumerate(serving)), default=math.inf)
+        step_s = self.decode_step_s()
+        return min((self._lane_fits_in(lane, tokens, context, first[k::len(serving)], step_s)
+                    for k, lane in enumerate(serving)), default=math.inf)
+
+    def _lane_fits_in(self, lane: Lane, tokens: float, context: int,
+                      first: Sequence[tuple[int, float]], step_s: float) -> float:
+        """_fits_in on one lane: 0 by count; under work-conserving admission when the
+        context fits in the KV held now (the running jobs growing a token a step until
+        they end); under peak admission when the projected peak fits."""
+        if not lane.memory_bound:
+            return 0.0
+        ends = slo.running_ends(lane, self.estimates.policy, self.estimates.left_tokens)
+        if lane.work_conserving:
+            return admission.seconds_until_room(lane.capacity, lane.kv, ends, context,
+                                                [c for c, _ in first], step_s)
+        return admission.seconds_until_fits(lane.capacity, lane.kv, ends, tokens, context,
+                                            first)
 
     def started(self, job_id: str, now: float) -> None:
         """A job admission promised a start to started (or turned late) at `now`."""

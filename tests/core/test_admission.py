@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.config import AgingConfig, SchedulerConfig
-from daemon.core.admission import MIN_OBSERVED, Footprints, KVLedger
+from daemon.core.admission import (
+    MIN_OBSERVED,
+    Footprints,
+    KVLedger,
+    seconds_until_fits,
+    seconds_until_room,
+)
 from daemon.core.admission import fits_now as admission_fits_now
 from daemon.core.events import Capacity, Event, Launch, Predicted, Stopped, Tokens
 from daemon.core.job import Job, JobStatus, SamplingSpec
@@ -272,6 +278,26 @@ def test_the_peak_of_the_projected_kv_is_below_the_sum_of_footprints() -> None:
     assert ledger.peak_blocks() == 40 + 1
     ledger.remove("long")
     assert ledger.peak_blocks() == 11 + 1
+
+
+def test_room_now_comes_before_the_peak_fits_and_the_running_jobs_grow_meanwhile() -> None:
+    """Work-conserving admission starts a job once its context fits in the KV held now:
+    two running jobs of 40-token contexts (4 blocks each with their next tokens, 8 of 10)
+    end in 0.5 s and 2 s; a job of 30 context tokens (3 blocks) finds room when the first
+    ends if the other has grown 50 tokens by then (7 blocks), not if it has grown 100 (10).
+    The projected peak of its 200-token footprint fits only once both have ended."""
+    capacity = Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8)
+    ledger = KVLedger()
+    ledger.reserve("a", 90, context_tokens=40)
+    ledger.reserve("b", 240, context_tokens=40)
+    ends = [(0.5, "a"), (2.0, "b")]
+    assert seconds_until_room(capacity, ledger, ends, 30, step_s=0.01) == 0.5
+    assert seconds_until_room(capacity, ledger, ends, 30, step_s=0.005) == 2.0
+    assert seconds_until_room(capacity, ledger, ends, 8, step_s=0.01) == 0.0  # 2 blocks fit
+    # a job ahead of it (2 blocks) takes the room first: with b grown, 7 + 2 + 2 > 10
+    assert seconds_until_room(capacity, ledger, ends, 8, [8], step_s=0.01) == 2.0
+    assert seconds_until_room(capacity, ledger, ends, 500, step_s=0.01) == 2.0  # empty lane
+    assert seconds_until_fits(capacity, ledger, ends, 200, 30) == 2.0
 
 
 @pytest.mark.asyncio

@@ -52,7 +52,8 @@ class Estimates:
         for lane in self.lanes:
             lane.set_capacity(None, config.fixed_running)
             lane.spare = config.engine_queue
-            lane.work_conserving = config.admission == "work-conserving"
+            lane.work_conserving = config.admission != "peak"
+            lane.prices_overcommit = config.admission == "work-conserving"
             lane.engine_kv = config.engine_kv
         if policy.cost is not self.policy.cost or policy is self.policy:
             self.prior = policy.cost

@@ -70,6 +70,9 @@ class Lane:
     # Under memory admission, start a job whose context fits in the KV held now even past
     # the projected peak, where that pays (core/admission.py; scheduler.admission).
     work_conserving: bool = True
+    # ... unless waiting for the peak is cheaper than the preemption (scheduler.admission
+    # = "work-conserving"; "now": whenever the context fits now).
+    prices_overcommit: bool = True
     # ... counting the KV held now from the engine's report where it can (held_now_blocks;
     # scheduler.engine_kv).
     engine_kv: bool = False

@@ -122,9 +122,11 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     backfill: Annotated[bool, BENCH_KNOB] = True
     # Memory admission: "work-conserving" starts a job whose context fits in the KV held
     # now even past the projected peak, unless waiting for the peak to fit is cheaper than
-    # the preemption the overflow would cost (core/admission.py); "peak" holds it until the
+    # the preemption the overflow would cost (core/admission.py); "now" starts it whenever
+    # its context fits now, as vLLM's own scheduler does; "peak" holds it until the
     # projected peak fits (the former rule, kept to measure against).
-    admission: Annotated[Literal["work-conserving", "peak"], BENCH_KNOB] = "work-conserving"
+    admission: Annotated[Literal["work-conserving", "now", "peak"],
+                         BENCH_KNOB] = "work-conserving"
     # Work-conserving admission: count the KV held now from the engine's own report (the
     # blocks in use as of its last step, plus the jobs handed to it since) where that is
     # lower than lengthwise's ledger and no job the engine preempted waits in its queue;

@@ -332,9 +332,12 @@ async def test_work_conserving_admission_waits_when_the_wait_is_cheaper_than_a_p
     steps, ~27 ms on the default cost model) than a recompute of its 1,600 tokens would take
     (~36 ms), so a job that fits now but overflows the projection waits. Of the same class
     the new job would be vLLM's victim itself (started last): its own 200-token recompute
-    is cheaper than the wait, and it starts."""
-    for priority, starts in ((5, []), (0, ["next"])):
-        c = Core(admission="work-conserving")
+    is cheaper than the wait, and it starts. Under admission = "now" it starts as in vLLM's
+    own scheduler, whatever the preemption costs."""
+    for priority, starts, admission in ((5, [], "work-conserving"),
+                                        (0, ["next"], "work-conserving"),
+                                        (5, ["next"], "now")):  # whatever the price
+        c = Core(admission=admission)
         c.capacity(blocks=120)
         long = job("long", prompt=1600, predicted=2.0, upper=2.0, max_tokens=2)
         long.priority = priority
@@ -351,7 +354,8 @@ async def test_work_conserving_admission_waits_when_the_wait_is_cheaper_than_a_p
 @given(running=st.lists(st.integers(1, 400), max_size=6),
        waiting=st.lists(st.tuples(st.integers(1, 400), st.floats(1, 800)), min_size=1,
                         max_size=6),
-       blocks=st.integers(8, 80), admission=st.sampled_from(["work-conserving", "peak"]))
+       blocks=st.integers(8, 80),
+       admission=st.sampled_from(["work-conserving", "now", "peak"]))
 def test_no_round_leaves_a_job_that_fits_now_waiting_without_a_counted_reason(
         running: list[int], waiting: list[tuple[int, float]], blocks: int,
         admission: str) -> None:

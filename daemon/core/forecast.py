@@ -9,10 +9,9 @@ relative to its forecast, as the `refuse_quantile` percentile ([slo] refuse_quan
 benchmark knob; the median) of the last ERROR_WINDOW samples of the last ERROR_HORIZON_S,
 and nothing on a forecast with fewer than MIN_ERRORS such samples (cold, its error is
 unknown: half the refusals made on it at face value were wrong). The errors are learned
-apart for waits bound by the work ahead and waits bound by the KV fitting: the memory bound
-waits for the projected peak to fit, while work-conserving admission starts a job once its
-context fits now, so it errs high and learns a ratio of its own below 1, and refuses less,
-without softening refusals where the work ahead is the bound. Before, admission took the
+apart for waits bound by the work ahead and waits bound by the KV fitting (under
+work-conserving admission, until the job's context finds room in the KV held now; under
+peak admission, until its projected peak fits), which err apart. Before, admission took the
 95th percentile (never below 1; 2 when cold) to keep its promises, and refused requests
 that would have met their objective: at 0.2x memory-bound, 10 of 10 that shadow mode marked
 met; at 0.5x 50 of 70 (docs/results/2026-11-28-refusal-precision-and-aging.md).
@@ -89,8 +88,7 @@ class Forecaster:
         self._promised: dict[str, tuple[float, float, bool]] = {}
         # (loop time, real / forecast wait) of the latest starts admission promised, apart
         # for forecasts of the work ahead (False) and of the memory bound (True): they err
-        # apart (the memory bound waits for the projected peak; work-conserving admission
-        # starts a job once its context fits now).
+        # apart.
         self._errors: dict[bool, collections.deque[tuple[float, float]]] = {
             memory: collections.deque(maxlen=ERROR_WINDOW) for memory in (False, True)}
 
@@ -192,12 +190,11 @@ class Forecaster:
         not), cannot meet its objective. A forecast refuses only once its error is learned
         (margin()): cold, it erred either way, and half the refusals made on it were wrong
         (48 refusals, 25 missed, in four shadow runs at 0.5x and 0.8x; learned, 198 of 210
-        missed). Under work-conserving admission the memory bound errs high (a job starts
-        as soon as its context fits now, far sooner than the projected peak the forecast
-        waits for), so where it is the bound it counts only with jobs queued ahead (with
-        none, 15 of 15 would-be refusals at 0.2x met their objective) and the slot forecast
-        stands while its own margin is cold. Figures: docs/results/2026-11-28-cold-forecasts.md
-        and the record before it."""
+        missed). Under work-conserving admission the memory bound counts only with jobs
+        queued ahead (with none, 15 of 15 would-be refusals at 0.2x met their objective,
+        on the projected peak's forecast of then) and the slot forecast stands while its
+        own margin is cold. Figures: docs/results/2026-11-28-cold-forecasts.md and the
+        record before it."""
         early = wait.memory and any(lane.work_conserving for lane in self.lanes)
         if early and not queued:
             seconds, memory = 0.0, False

@@ -68,11 +68,11 @@ class Lane:
     # Admit by predicted KV footprint too (scheduler.max_running = "auto").
     memory_bound: bool = False
     # Under memory admission, start a job whose context fits in the KV held now even past
-    # the projected peak, where that pays (core/admission.py; scheduler.admission).
+    # the projected peak (scheduler.admission "now" or "work-conserving"; not "peak")...
     work_conserving: bool = True
-    # ... unless waiting for the peak is cheaper than the preemption (scheduler.admission
-    # = "work-conserving"; "now": whenever the context fits now).
-    prices_overcommit: bool = True
+    # ... unless waiting for the peak is cheaper than the preemption ("work-conserving";
+    # core/admission.py).
+    prices_overcommit: bool = False
     # ... counting the KV held now from the engine's report where it can (held_now_blocks;
     # scheduler.engine_kv).
     engine_kv: bool = False

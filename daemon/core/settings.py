@@ -120,13 +120,14 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # they fit if they are predicted to end before it could start (core/decisions.py,
     # backfill); off: every job behind it waits, as in vLLM's own scheduler.
     backfill: Annotated[bool, BENCH_KNOB] = True
-    # Memory admission: "work-conserving" starts a job whose context fits in the KV held
-    # now even past the projected peak, unless waiting for the peak to fit is cheaper than
-    # the preemption the overflow would cost (core/admission.py); "now" starts it whenever
-    # its context fits now, as vLLM's own scheduler does; "peak" holds it until the
-    # projected peak fits (the former rule, kept to measure against).
-    admission: Annotated[Literal["work-conserving", "now", "peak"],
-                         BENCH_KNOB] = "work-conserving"
+    # Memory admission: "now" starts a job whenever its context fits in the KV held now,
+    # as vLLM's own scheduler does (the engine preempts if the cache runs out later);
+    # "work-conserving" holds it where waiting for the projected peak to fit looks cheaper
+    # than the preemption the overflow would cost (core/admission.py; the default until
+    # 2026-11-28: against "now", at equal engine speed over 7 pairs at 0.8-1.5x, p99 JCT
+    # 1.07x, p99 TTFT 1.14x: docs/results/2026-11-28-cold-forecasts.md); "peak" holds it
+    # until the projected peak fits (the rule before 2026-11-26).
+    admission: Annotated[Literal["now", "work-conserving", "peak"], BENCH_KNOB] = "now"
     # Work-conserving admission: count the KV held now from the engine's own report (the
     # blocks in use as of its last step, plus the jobs handed to it since) where that is
     # lower than lengthwise's ledger and no job the engine preempted waits in its queue;

@@ -34,8 +34,8 @@ class Core:
                  upper_factor: float = 2.0, admission: str = "peak", engine_queue: int = 0,
                  aging_preempt: bool = False, engine_order: str = "policy",
                  policy: Policy | None = None) -> None:
-        """admission: "peak" (the projection alone, which most tests here are about) or
-        "work-conserving" (the default); engine_queue: 0 (the count cap alone, which most
+        """admission: "peak" (the projection alone, which most tests here are about),
+        "work-conserving" or "now" (the default); engine_queue: 0 (the count cap alone, which most
         tests here are about) or the default 1; aging_preempt: whether a promoted job
         preempts (off: the default); policy: FCFS unless given."""
         self.inbox: asyncio.Queue[Event] = asyncio.Queue()

@@ -45,10 +45,9 @@ async def test_the_learned_clock_predicts_the_engines_steps(served: Served) -> N
 @pytest.mark.asyncio(loop_scope="module")
 async def test_memory_admission_keeps_the_engine_from_preempting(served: Served) -> None:
     """12 jobs of 100 + 170 tokens (3 blocks each by their end) on 16 blocks. Admitted by
-    projected peak ("peak"), 5 run at a time and the engine never preempts; work-conserving
-    (the default) starts more while their context fits now and lets the engine preempt where
-    a recompute is cheaper than the wait; by count only (max_num_seqs=8) vLLM takes 8 and
-    preempts as they grow."""
+    projected peak ("peak"), 5 run at a time and the engine never preempts; by default
+    ("now") more start while their context fits now and the engine preempts as they grow;
+    by count only (max_num_seqs=8) vLLM takes 8 and preempts as they grow."""
     lane, ex = served.core.lanes[0], served.executor
 
     async def burst(config: SchedulerConfig) -> int:
@@ -65,6 +64,5 @@ async def test_memory_admission_keeps_the_engine_from_preempting(served: Served)
     print(f"vLLM preemptions: {peak} admitted by projected peak, {conserving} work-conserving, "
           f"{by_count} by count")
     assert peak <= 1 < by_count  # near zero: the footprints fit; by count the engine preempts
-    # A recompute of a 100-token context is cheaper than waiting ~170 steps for the peak, so
-    # work-conserving admission starts as many as the count allows, never more.
+    # Started while their context fits now: as many as the count allows, never more.
     assert conserving <= by_count

@@ -116,11 +116,12 @@ def lane_that_fits(job: Job, lane: Lane, kv_tokens: float, lanes: Sequence[Lane]
 def admits(lane: Lane, kv_tokens: float, context: int, policy: Policy,
            left: slo.Left | None, job: Job | None = None) -> bool:
     """Memory admission (core/admission.py): the job's KV footprint fits at the projected
-    peak; or, work-conserving, its context fits in the KV held now and waiting for the peak
-    to fit would cost more than the preemption the overflow may cause (under admission =
-    "now", whatever it costs; by count only: a free slot is enough). The preemption is of vLLM's victim among the running jobs and
-    `job` itself, which would be started last (under scheduler.engine_order = "launch",
-    of its class it is the victim: its own recompute is the price)."""
+    peak; or its context fits in the KV held now and (scheduler.admission = "now", the
+    default) that is enough, or ("work-conserving") waiting for the peak to fit would cost
+    more than the preemption the overflow may cause (by count only: a free slot is
+    enough). The preemption is of vLLM's victim among the running jobs and `job` itself,
+    which would be started last (under scheduler.engine_order = "launch", of its class it
+    is the victim: its own recompute is the price)."""
     if lane.fits(kv_tokens, context):
         return True
     if not lane.fits_now(context):

@@ -1,8 +1,9 @@
 """Latency objectives on the real engine (vLLM, tiny model, one slot): a request with an
 objective goes ahead of best-effort work that came first; once admission has seen its
 forecasts' errors, one that cannot make its TTFT gets 429 with Retry-After at once; a
-sheddable request gives its room to a more urgent one; and /metrics counts what the client saw. On the session's policy daemon (tests/conftest.py),
-reloaded to fcfs with one running job, three waiting and a sheddable class, then back."""
+sheddable request gives its room to a more urgent one; and /metrics counts what the client
+saw. On the session's policy daemon (tests/conftest.py), reloaded to fcfs with one running
+job, three waiting and a sheddable class, then back."""
 
 from __future__ import annotations
 

@@ -263,7 +263,8 @@ def seconds_until_room(capacity: Capacity | None, ledger: KVLedger,
 
     def fits_after(k: int) -> bool:  # once the first k running jobs have ended
         seconds = ends[k - 1][0] if k else 0.0
-        grown = int(seconds / step_s) if step_s > 0 else 0
+        # (an end never predicted, inf, leaves no running job behind it to grow)
+        grown = int(seconds / step_s) if step_s > 0 and math.isfinite(seconds) else 0
         gone = frozenset(job_id for _, job_id in ends[:k])
         return ledger.now_blocks([*before, context_tokens], gone, grown) <= capacity.kv_blocks
 

@@ -4,6 +4,7 @@ real core driven by hand, the engine's KV cache as a Capacity event, Launch comm
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -297,6 +298,8 @@ def test_room_now_comes_before_the_peak_fits_and_the_running_jobs_grow_meanwhile
     # a job ahead of it (2 blocks) takes the room first: with b grown, 7 + 2 + 2 > 10
     assert seconds_until_room(capacity, ledger, ends, 8, [8], step_s=0.01) == 2.0
     assert seconds_until_room(capacity, ledger, ends, 500, step_s=0.01) == 2.0  # empty lane
+    assert seconds_until_room(capacity, ledger, [(0.5, "a"), (math.inf, "b")], 500,
+                              step_s=0.01) == math.inf  # an end never predicted
     assert seconds_until_fits(capacity, ledger, ends, 200, 30) == 2.0
 
 

@@ -224,7 +224,7 @@ class Forecaster:
         tokens, context = self.estimates.footprint(job), job.num_context_tokens
         if not ahead and self._starts_now(tokens, context, self.lanes, job):
             return Wait(0.0, 0.0)
-        return Wait(self._start_in(ahead), self._fits_in(tokens, context, ahead, job=job))
+        return Wait(self._start_in(ahead), self._fits_in(tokens, context, ahead))
 
     def _starts_now(self, tokens: float, context: int, lanes: Sequence[Lane],
                     job: Job | None = None) -> bool:
@@ -235,20 +235,19 @@ class Forecaster:
             lane, tokens, context, policy, left, job) for lane in lanes)
 
     def _fits_in(self, tokens: float, context: int, ahead: Sequence[Job],
-                 lanes: Sequence[Lane] | None = None, job: Job | None = None) -> float:
+                 lanes: Sequence[Lane] | None = None) -> float:
         """Seconds until a job of KV footprint `tokens` (`context` of them held now) would
         be admitted on some serving lane (_lane_fits_in), beside its share of the first
         MEMORY_AHEAD jobs `ahead` (which take their room first) and the running jobs as
         they end at their predicted times. The slot forecast counts every job as one
         typical footprint: a bigger one waits for more memory, and the jobs ahead of it
         take what frees first. About 0.06 ms with 64 running and 32 ahead (2 ms with 512
-        ahead, hence the cap)."""
+        ahead, hence the cap). A job that would start now (_starts_now) is its callers' to
+        see."""
         footprint = self.estimates.footprint
         serving = [lane for lane in (lanes or self.lanes) if lane.down_reason is None]
         first = [(other.num_context_tokens, footprint(other))
                  for other in ahead[:MEMORY_AHEAD]]
-        if not first and self._starts_now(tokens, context, serving, job):
-            return 0.0  # it would start now (work-conserving admission)
         step_s = self.decode_step_s()
         return min((self._lane_fits_in(lane, tokens, context, first[k::len(serving)], step_s)
                     for k, lane in enumerate(serving)), default=math.inf)
@@ -340,8 +339,10 @@ class Forecaster:
         share = ahead[:: len(serving)] if len(serving) > 1 else ahead
         estimates = self.estimates
         prompt = round(estimates.typical.prompt_tokens)
-        wait = max(self._start_in(share, [lane]),
-                   self._fits_in(estimates.typical_footprint, prompt, share, [lane]))
+        tokens = estimates.typical_footprint
+        memory = (0.0 if not share and self._starts_now(tokens, prompt, [lane])
+                  else self._fits_in(tokens, prompt, share, [lane]))
+        wait = max(self._start_in(share, [lane]), memory)
         return wait + estimates.policy.cost.prefill_s(prompt)
 
     def sheddable_for(self, job: Job, spared: set[str]) -> Job | None:

@@ -36,6 +36,7 @@ from bench.servers import Server, Settings, System, describe_waits, parse_system
 from bench.sweepstats import (
     Adjusted,
     Pair,
+    PairedLoad,
     Point,
     SweepRun,
     SystemCapacity,
@@ -43,6 +44,7 @@ from bench.sweepstats import (
     attainment,
     capacities,
     p99_tpot,
+    paired_loads,
     pairs,
     points,
 )
@@ -73,6 +75,7 @@ class SweepResults(msgspec.Struct, kw_only=True):
     capacities: list[SystemCapacity] = []
     pairs: list[Pair] = []
     adjusted: list[Adjusted] = []
+    paired: list[PairedLoad] = []
 
 
 # Summary's float fields: nan (no request completed) is null in JSON, nan again when read.
@@ -282,6 +285,7 @@ def finish(results: SweepResults, out: Path) -> str:
     results.capacities = capacities(results.runs)
     results.pairs = pairs(results.runs, baseline)
     results.adjusted = at_equal_speed(results.runs, baseline)
+    results.paired = paired_loads(results.runs, baseline)
     (out / "sweep.json").write_bytes(msgspec.json.encode(results))
     text = summary_text(results)
     (out / "summary.md").write_text(text)
@@ -327,6 +331,14 @@ def summary_text(results: SweepResults) -> str:
                  "objective (precision: the share that missed, so that refusing them was "
                  "right).\n"),
                  refusals]
+    if results.paired:
+        text += [f"## Against {baseline}, pair by pair\n",
+                 ("Each repetition runs every system on the same draw of the workload, one "
+                 "after the other: a pair's ratio is the scheduler's (and the machine's of "
+                 "that moment). Geometric mean of the pairs' ratios (min–max); where a "
+                 "pair's engine speeds differ by more than 10 % (flagged), also the mean "
+                 "over the others.\n"),
+                 report.paired_table(results.paired, baseline)]
     if results.pairs:
         text += [f"## Engine speed: step time against {baseline}'s in the same pair\n",
                  report.pairs_table(results.pairs, baseline)]

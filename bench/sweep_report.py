@@ -6,7 +6,15 @@ import math
 from collections.abc import Sequence
 
 from bench.metrics import Spread
-from bench.sweepstats import Adjusted, Pair, Point, SweepRun, SystemCapacity
+from bench.sweepstats import (
+    PAIRED_FIGURES,
+    Adjusted,
+    Pair,
+    PairedLoad,
+    Point,
+    SweepRun,
+    SystemCapacity,
+)
 
 # (figure, column header, scale, digits)
 _COLUMNS = (("mean_ttft", "mean TTFT (ms)", 1000, 0), ("p99_ttft", "p99 TTFT (ms)", 1000, 0),
@@ -106,6 +114,28 @@ def pairs_table(pairs: Sequence[Pair], baseline: str) -> str:
                            f"{p.step_ratio:.2f}x{'' if p.matched else '~'}"
                            f"{'!' if p.flagged else ''}" for p in group)
         lines.append(f"| {load:g}x | {system} | {ratios} | {sum(p.flagged for p in group)} |")
+    return "\n".join(lines) + "\n"
+
+
+def paired_table(rows: Sequence[PairedLoad], baseline: str) -> str:
+    """Per load and system: each figure's paired ratio to the baseline, geometric mean
+    (min-max) over the repetitions, and over the unflagged pairs only."""
+    names = {f: name.split(" (")[0] for f, name, _, _ in _COLUMNS}
+    lines = ["| load | system | pairs (flagged) | "
+             + " | ".join(f"{names[f]} vs {baseline}" for f in PAIRED_FIGURES) + " |",
+             "|---" * (len(PAIRED_FIGURES) + 3) + "|"]
+    for row in rows:
+        cells = []
+        for figure in PAIRED_FIGURES:
+            spread = row.ratios.get(figure)
+            steady = row.unflagged.get(figure, math.nan)
+            text = "–" if spread is None else cell(spread).replace(" (", "x (", 1)
+            text += "" if spread is None or spread.min != spread.max else "x"
+            if row.flagged and not math.isnan(steady):
+                text += f"; unflagged {steady:.2f}x"
+            cells.append(text)
+        lines.append(f"| {row.load:g}x | {row.system} | {row.n} ({row.flagged}) | "
+                     + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -177,9 +177,9 @@ def paired(runs: Sequence[SweepRun], baseline: str) -> Iterator[tuple[SweepRun, 
 
 
 def figure_ratio(run: SweepRun, ref: SweepRun, figure: str) -> float:
-    """The run's summary figure over the baseline run's; nan unless both are positive
-    (nothing completed: nan)."""
-    mine, theirs = getattr(run.summary, figure), getattr(ref.summary, figure)
+    """The run's figure (SweepRun.figure) over the baseline run's; nan unless both are
+    positive (nothing completed, or no attainment measured: nan)."""
+    mine, theirs = run.figure(figure), ref.figure(figure)
     return mine / theirs if mine > 0 and theirs > 0 else math.nan
 
 
@@ -203,6 +203,7 @@ def pairs(runs: Sequence[SweepRun], baseline: str) -> list[Pair]:
 # Load bands of at_equal_speed: (name, lowest load, below this load)
 BANDS = (("below 0.8x", 0.0, 0.8), ("0.8-1.2x", 0.8, 1.2), ("1.2x and above", 1.2, math.inf))
 RATIO_FIGURES = ("mean_ttft", "p99_ttft", "mean_tpot", "mean_jct", "p99_jct")
+PAIRED_FIGURES = (*RATIO_FIGURES, "attainment")  # paired_loads: attainment where measured
 
 
 class Adjusted(msgspec.Struct, kw_only=True):
@@ -253,3 +254,46 @@ def at_equal_speed(runs: Sequence[SweepRun], baseline: str,
                                 high=math.exp(float(coef[0]) + 2 * se)))
     order = {name: i for i, (name, _, _) in enumerate(BANDS)}
     return sorted(out, key=lambda a: (a.system, order[a.band], RATIO_FIGURES.index(a.figure)))
+
+
+class PairedLoad(msgspec.Struct, kw_only=True):
+    """A system against the baseline at one load, pair by pair (the same draw of the
+    workload, run one after the other): each figure's paired ratio as its geometric mean
+    over the repetitions (min-max), and the geometric mean over the pairs whose engine
+    speeds matched (not flagged; nan where none did)."""
+
+    system: str
+    load: float
+    n: int  # pairs
+    flagged: int  # of them, engine speeds more than 10 % apart
+    ratios: dict[str, Spread]  # figure -> geometric mean (min-max) of the paired ratios
+    unflagged: dict[str, float]  # figure -> geometric mean over the unflagged pairs
+
+
+def paired_loads(runs: Sequence[SweepRun], baseline: str) -> list[PairedLoad]:
+    """Ratios of medians mix draws (a system's median and the baseline's may come from
+    different repetitions); a pair shares its draw, so its ratio is the scheduler's and the
+    machine's of that moment only."""
+    groups: dict[tuple[str, float], list[tuple[SweepRun, SweepRun]]] = {}
+    for run, ref in paired(runs, baseline):
+        groups.setdefault((run.system, run.load), []).append((run, ref))
+    out = []
+    for (system, load), rows in sorted(groups.items(), key=lambda item: item[0][::-1]):
+        flags = [bool(ratio > 0 and flagged(ratio))
+                 for ratio in (step_ratio(run, ref) for run, ref in rows)]
+        spreads, unflagged = {}, {}
+        for figure in PAIRED_FIGURES:
+            ratios = [figure_ratio(run, ref, figure) for run, ref in rows]
+            kept = [r for r in ratios if r > 0]
+            if not kept:
+                continue
+            spreads[figure] = Spread(_geomean(kept), min(kept), max(kept))
+            steady = [r for r, flag in zip(ratios, flags, strict=True) if r > 0 and not flag]
+            unflagged[figure] = _geomean(steady) if steady else math.nan
+        out.append(PairedLoad(system=system, load=load, n=len(rows), flagged=sum(flags),
+                              ratios=spreads, unflagged=unflagged))
+    return out
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))

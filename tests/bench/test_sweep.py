@@ -19,6 +19,7 @@ from bench.sweepstats import (
     at_equal_speed,
     attainment,
     capacities,
+    paired_loads,
     pairs,
     points,
     slo_capacity,
@@ -161,6 +162,29 @@ def test_ratios_at_equal_engine_speed_take_the_machine_out() -> None:
     assert light.at_equal_speed == pytest.approx(0.9, rel=1e-6)
     assert light.low == pytest.approx(0.9, rel=1e-6) == light.high  # an exact fit
     assert not any(band == "0.8-1.2x" for band, _ in found)  # 2 pairs only
+
+
+def test_paired_ratios_per_load_and_without_the_flagged_pairs(tmp_path: Path) -> None:
+    """Each pair shares its draw: its ratio, then their geometric mean (min-max) per load,
+    and the mean over the pairs whose engines ran at the same speed."""
+    runs = []
+    for repeat, (factor, step) in enumerate([(0.8, 1.0), (1.0, 1.05), (1.25, 1.2)]):
+        runs.append(_run("vllm", 1.0, repeat, jct=2.0 + repeat, att=0.5, step=0.01))
+        runs.append(_run("lw", 1.0, repeat, jct=(2.0 + repeat) * factor, att=0.5 * factor,
+                         step=0.01 * step))
+    [row] = paired_loads(runs, "vllm")
+    assert (row.system, row.load, row.n, row.flagged) == ("lw", 1.0, 3, 1)
+    jct = row.ratios["mean_jct"]
+    assert (jct.median, jct.min, jct.max) == pytest.approx((1.0, 0.8, 1.25))
+    assert row.unflagged["p99_jct"] == pytest.approx(0.8 ** 0.5)  # the 1.2x pair left out
+    assert row.ratios["attainment"].median == pytest.approx(1.0)
+    text = summary_text(SweepResults(
+        model="tiny", systems=["vllm", "lw"], loads=[1.0], repeats=3, capacity_rps=2.0,
+        capacity_how="given", workload=WorkloadSpec(num=4), sample="held-out",
+        slo_ttft=1.0, slo_tpot=None, slo=None, max_num_seqs=4, kv_blocks=0,
+        max_running="auto", runs=runs, paired=[row]))
+    assert "| 1x | lw | 3 (1) | " in text
+    assert "| 1.00x (0.80–1.25); unflagged 0.89x |" in text
 
 
 def test_summary_tables_and_plots(tmp_path: Path) -> None:

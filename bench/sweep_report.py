@@ -5,16 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from bench import sweepstats as stats
 from bench.metrics import Spread
-from bench.sweepstats import (
-    PAIRED_FIGURES,
-    Adjusted,
-    Pair,
-    PairedLoad,
-    Point,
-    SweepRun,
-    SystemCapacity,
-)
 
 # (figure, column header, scale, digits)
 _COLUMNS = (("mean_ttft", "mean TTFT (ms)", 1000, 0), ("p99_ttft", "p99 TTFT (ms)", 1000, 0),
@@ -41,7 +33,7 @@ def cell(spread: Spread | None, scale: float = 1.0, digits: int = 2) -> str:
     return f"{median} ({_num(spread.min * scale, digits)}–{_num(spread.max * scale, digits)})"
 
 
-def points_table(points: Sequence[Point]) -> str:
+def points_table(points: Sequence[stats.Point]) -> str:
     """Per load and system, every figure as median (min–max) over repetitions."""
     head = "| load | system | req/s | " + " | ".join(c[1] for c in _COLUMNS) + " |"
     lines = [head, "|---" * (len(_COLUMNS) + 3) + "|"]
@@ -52,7 +44,7 @@ def points_table(points: Sequence[Point]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ratio_table(points: Sequence[Point], baseline: str) -> str:
+def ratio_table(points: Sequence[stats.Point], baseline: str) -> str:
     """Each system's medians over the baseline's at the same load."""
     base = {p.load: p for p in points if p.system == baseline}
     names = {f: name.split(" (")[0] for f, name, _, _ in _COLUMNS}
@@ -72,7 +64,7 @@ def ratio_table(points: Sequence[Point], baseline: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def capacity_table(caps: Sequence[SystemCapacity], baseline: str, capacity_rps: float) -> str:
+def capacity_table(caps: Sequence[stats.SystemCapacity], baseline: str, capacity_rps: float) -> str:
     """SLO capacity (the highest load with >= 90 % attainment, interpolated) per system:
     median (min–max) over repetitions, in load units and req/s, and over the baseline's;
     ">=" where every repetition met it at every load, "<" where none did at the lowest."""
@@ -88,23 +80,23 @@ def capacity_table(caps: Sequence[SystemCapacity], baseline: str, capacity_rps: 
     return "\n".join(lines) + "\n"
 
 
-def _bound(cap: SystemCapacity) -> str:
+def _bound(cap: stats.SystemCapacity) -> str:
     """">=" or "<" where every repetition's capacity is censored alike; else ""."""
     bounds = {k.bound for k in cap.per_repeat}
     return bounds.pop() if len(bounds) == 1 else ""
 
 
-def _relative(cap: SystemCapacity, base: SystemCapacity | None) -> str:
+def _relative(cap: stats.SystemCapacity, base: stats.SystemCapacity | None) -> str:
     """cap / base, as a bound where cap is one, "–" where base is one (or missing)."""
     if base is None or _bound(base) or not base.spread.median:
         return "–"
     return f"{_bound(cap)}{cap.spread.median / base.spread.median:.2f}x"
 
 
-def pairs_table(pairs: Sequence[Pair], baseline: str) -> str:
+def pairs_table(pairs: Sequence[stats.Pair], baseline: str) -> str:
     """Each system's engine step time over the baseline's in the same (load, repetition);
     `!` where they differ by more than 10 %, `~` where no batch size was shared."""
-    rows: dict[tuple[float, str], list[Pair]] = {}
+    rows: dict[tuple[float, str], list[stats.Pair]] = {}
     for pair in pairs:
         rows.setdefault((pair.load, pair.system), []).append(pair)
     lines = [f"| load | system | step time vs {baseline}, per repetition | flagged |",
@@ -117,16 +109,16 @@ def pairs_table(pairs: Sequence[Pair], baseline: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def paired_table(rows: Sequence[PairedLoad], baseline: str) -> str:
+def paired_table(rows: Sequence[stats.PairedLoad], baseline: str) -> str:
     """Per load and system: each figure's paired ratio to the baseline, geometric mean
     (min-max) over the repetitions, and over the unflagged pairs only."""
     names = {f: name.split(" (")[0] for f, name, _, _ in _COLUMNS}
     lines = ["| load | system | pairs (flagged) | "
-             + " | ".join(f"{names[f]} vs {baseline}" for f in PAIRED_FIGURES) + " |",
-             "|---" * (len(PAIRED_FIGURES) + 3) + "|"]
+             + " | ".join(f"{names[f]} vs {baseline}" for f in stats.PAIRED_FIGURES) + " |",
+             "|---" * (len(stats.PAIRED_FIGURES) + 3) + "|"]
     for row in rows:
         cells = []
-        for figure in PAIRED_FIGURES:
+        for figure in stats.PAIRED_FIGURES:
             spread = row.ratios.get(figure)
             steady = row.unflagged.get(figure, math.nan)
             text = "–" if spread is None else cell(spread).replace(" (", "x (", 1)
@@ -139,7 +131,7 @@ def paired_table(rows: Sequence[PairedLoad], baseline: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def adjusted_table(rows: Sequence[Adjusted], baseline: str) -> str:
+def adjusted_table(rows: Sequence[stats.Adjusted], baseline: str) -> str:
     """Per system and load band: each figure's paired ratio to the baseline (geometric
     mean) and at equal engine speed, with its +-2 standard errors."""
     lines = [f"| system | loads | figure | pairs | ratio vs {baseline} | at equal engine speed |",
@@ -150,7 +142,7 @@ def adjusted_table(rows: Sequence[Adjusted], baseline: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def refusals_table(runs: Sequence[SweepRun]) -> str:
+def refusals_table(runs: Sequence[stats.SweepRun]) -> str:
     """Per load and lengthwise system: the requests it refused (429) and, in shadow mode
     ([slo] enforce = false), those it would have refused and whether they then met their
     objective (lengthwise_slo_shadow_refusals_total). A would-be refusal was right when the

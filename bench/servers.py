@@ -243,10 +243,13 @@ def describe_waits(waits: dict[str, float]) -> str:
 class Server:
     """One system in a subprocess (its own process group: vLLM spawns an engine process)."""
 
-    def __init__(self, system: System, settings: Settings, workdir: Path) -> None:
+    def __init__(self, system: System, settings: Settings, workdir: Path,
+                 log_suffix: str = "") -> None:
         self.port = _free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.log_path = workdir / f"{system.label}.log"
+        # WORKDIR/LABEL.log; a caller that starts the same system again (the sweep, once
+        # per repetition) names each start's log apart, so that none overwrites another.
+        self.log_path = workdir / f"{system.label}{log_suffix}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 (open while the server runs)
         # A process group of its own (vLLM spawns engine processes; stop() signals them
         # all) but the client's session: a new session is a new scheduler autogroup on

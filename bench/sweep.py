@@ -17,7 +17,9 @@ previous load's prompts in a prefix cache.
 Writes OUT/runs/SYSTEM-xLOAD-REPEAT.json (one run: its figures and every request),
 OUT/sweep.json (every run's figures, per (load, system) medians with min-max, SLO
 capacities, engine-speed pairs), OUT/summary.md (the tables it prints) and the plots
-(bench/sweep_plots.py). Runs are counted by a progress bar.
+(bench/sweep_plots.py); each server's log, OUT/SYSTEM.log for the first repetition's start
+and OUT/SYSTEM-N.log for repetition N + 1's (every system starts again each repetition).
+Runs are counted by a progress bar.
 """
 
 from __future__ import annotations
@@ -207,7 +209,8 @@ def _repetition(systems: list[System], settings: Settings, args: argparse.Namesp
     try:
         for system in systems:
             bar.set_description(f"starting {system.spec} #{repeat + 1}")
-            server = servers[system.spec] = Server(system, settings, args.out)
+            server = servers[system.spec] = Server(system, settings, args.out,
+                                                   f"-{repeat}" if repeat else "")
             results.startup_s.setdefault(system.spec, []).append(server.wait_ready())
             compare.warm_up(server, system, args)
         for k, load in enumerate(results.loads):

@@ -258,6 +258,8 @@ def test_a_tiny_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[s
         (1.0, "lengthwise:oracle-sjf", 0), (1.0, "lengthwise:fcfs", 1)]
     assert [r.rate for r in results.runs] == [10.0, 10.0, 20.0, 20.0]
     assert all(len(starts) == 1 for starts in results.startup_s.values())
+    assert {p.name for p in out.glob("*.log")} == {"lengthwise-fcfs.log",
+                                                   "lengthwise-oracle-sjf.log"}
     for run in results.runs:
         assert run.summary.n_completed == 6 and run.attainment == 1.0
         # the daemon's account of where each request's first token waited, over this run

@@ -266,7 +266,8 @@ class PairedLoad(msgspec.Struct, kw_only=True):
     load: float
     n: int  # pairs
     flagged: int  # of them, engine speeds more than 10 % apart
-    ratios: dict[str, Spread]  # figure -> geometric mean (min-max) of the paired ratios
+    # figure -> the paired ratios' geometric mean (in Spread's `median` field) and min-max
+    ratios: dict[str, Spread]
     unflagged: dict[str, float]  # figure -> geometric mean over the unflagged pairs
 
 

@@ -23,6 +23,7 @@ from bench.sweepstats import (
     SweepRun,
     SystemCapacity,
     figure_ratio,
+    geomean,
     paired,
     step_ratio,
 )
@@ -116,8 +117,8 @@ def _ratios(runs: Sequence[SweepRun], baseline: str, path: Path, xlabel: str) ->
             ax.scatter([x for x in loads for _ in by_load[x]],
                        [v for x in loads for v in by_load[x]], color=f"C{k + 1}", alpha=0.45,
                        s=18)
-            ax.plot(loads, [math.exp(sum(map(math.log, by_load[x])) / len(by_load[x]))
-                            for x in loads], color=f"C{k + 1}", marker="o", label=system)
+            ax.plot(loads, [geomean(by_load[x]) for x in loads], color=f"C{k + 1}",
+                    marker="o", label=system)
         ax.axhline(1.0, color="grey", linewidth=1)
         ax.axhline(1.05, color="grey", linestyle=":", linewidth=1)
         ax.set_yscale("log")

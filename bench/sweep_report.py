@@ -121,14 +121,19 @@ def paired_table(rows: Sequence[stats.PairedLoad], baseline: str) -> str:
         for figure in stats.PAIRED_FIGURES:
             spread = row.ratios.get(figure)
             steady = row.unflagged.get(figure, math.nan)
-            text = "–" if spread is None else cell(spread).replace(" (", "x (", 1)
-            text += "" if spread is None or spread.min != spread.max else "x"
+            text = "–" if spread is None else _ratio_cell(spread)
             if row.flagged and not math.isnan(steady):
                 text += f"; unflagged {steady:.2f}x"
             cells.append(text)
         lines.append(f"| {row.load:g}x | {row.system} | {row.n} ({row.flagged}) | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _ratio_cell(spread: Spread) -> str:
+    """A paired ratio: its geometric mean (Spread.median), with min–max where they differ."""
+    text = f"{spread.median:.2f}x"
+    return text if spread.min == spread.max else f"{text} ({spread.min:.2f}–{spread.max:.2f})"
 
 
 def adjusted_table(rows: Sequence[stats.Adjusted], baseline: str) -> str:

@@ -275,26 +275,27 @@ def paired_loads(runs: Sequence[SweepRun], baseline: str) -> list[PairedLoad]:
     """Ratios of medians mix draws (a system's median and the baseline's may come from
     different repetitions); a pair shares its draw, so its ratio is the scheduler's and the
     machine's of that moment only."""
+    flagged_pairs = {(p.load, p.repeat, p.system) for p in pairs(runs, baseline) if p.flagged}
     groups: dict[tuple[str, float], list[tuple[SweepRun, SweepRun]]] = {}
     for run, ref in paired(runs, baseline):
         groups.setdefault((run.system, run.load), []).append((run, ref))
     out = []
     for (system, load), rows in sorted(groups.items(), key=lambda item: item[0][::-1]):
-        flags = [bool(ratio > 0 and flagged(ratio))
-                 for ratio in (step_ratio(run, ref) for run, ref in rows)]
+        flags = [(run.load, run.repeat, run.system) in flagged_pairs for run, _ in rows]
         spreads, unflagged = {}, {}
         for figure in PAIRED_FIGURES:
             ratios = [figure_ratio(run, ref, figure) for run, ref in rows]
             kept = [r for r in ratios if r > 0]
             if not kept:
                 continue
-            spreads[figure] = Spread(_geomean(kept), min(kept), max(kept))
+            spreads[figure] = Spread(geomean(kept), min(kept), max(kept))
             steady = [r for r, flag in zip(ratios, flags, strict=True) if r > 0 and not flag]
-            unflagged[figure] = _geomean(steady) if steady else math.nan
+            unflagged[figure] = geomean(steady) if steady else math.nan
         out.append(PairedLoad(system=system, load=load, n=len(rows), flagged=sum(flags),
                               ratios=spreads, unflagged=unflagged))
     return out
 
 
-def _geomean(values: Sequence[float]) -> float:
+def geomean(values: Sequence[float]) -> float:
+    """The geometric mean of positive ratios (paired ratios average in logs)."""
     return math.exp(sum(math.log(v) for v in values) / len(values))

@@ -164,7 +164,7 @@ def test_ratios_at_equal_engine_speed_take_the_machine_out() -> None:
     assert not any(band == "0.8-1.2x" for band, _ in found)  # 2 pairs only
 
 
-def test_paired_ratios_per_load_and_without_the_flagged_pairs(tmp_path: Path) -> None:
+def test_paired_ratios_per_load_and_without_the_flagged_pairs() -> None:
     """Each pair shares its draw: its ratio, then their geometric mean (min-max) per load,
     and the mean over the pairs whose engines ran at the same speed."""
     runs = []

@@ -89,7 +89,7 @@ def _free_port() -> int:
 
 # The tables _lengthwise_config writes itself: overrides of their keys go inside them (TOML
 # refuses a table defined twice), and replace the keys it writes (a key defined twice too).
-_BASE_TABLES = ("server", "scheduler")
+_BASE_TABLES = ("server", "engine", "scheduler")
 
 
 def _overrides_toml(overrides: tuple[tuple[str, str], ...]
@@ -120,16 +120,16 @@ def _lengthwise_config(system: System, s: Settings, port: int) -> str:
         "policy": f'"{system.policy}"', "max_running": _max_running(s),
         "max_waiting": "100000", "trust_budget": str(s.trust_budget).lower()},
         base["scheduler"])
+    engine = _table("engine", {
+        "kind": f'"{s.engine_kind}"', "max_num_seqs": str(s.max_num_seqs),
+        "cpu_kv_cache_gib": str(s.kv_gib), "vllm_args": f"{{ {_vllm_args(s)} }}"},
+        base["engine"])
     return f"""
 {server}
 [model]
 path = "{s.model}"
 max_model_len = {s.max_model_len}
-[engine]
-kind = "{s.engine_kind}"
-max_num_seqs = {s.max_num_seqs}
-cpu_kv_cache_gib = {s.kv_gib}
-vllm_args = {{ {_vllm_args(s)} }}
+{engine}
 {scheduler}
 {tables}
 {s.extra_toml}

@@ -85,11 +85,15 @@ _FLOATS = frozenset(f.name for f in msgspec.structs.fields(Summary) if f.type is
 
 
 def load_results(path: Path) -> SweepResults:
-    """OUT/sweep.json as written (runs where nothing completed included)."""
+    """OUT/sweep.json as written (runs where nothing completed included, and pair-by-pair
+    rows whose every pair was flagged: their nan is null in JSON too)."""
     raw = msgspec.json.decode(path.read_bytes())
     for run in raw["runs"]:
         run["summary"] = {key: math.nan if value is None and key in _FLOATS else value
                           for key, value in run["summary"].items()}
+    for row in raw.get("paired", []):
+        row["unflagged"] = {key: math.nan if value is None else value
+                            for key, value in row["unflagged"].items()}
     return msgspec.convert(raw, SweepResults)
 
 

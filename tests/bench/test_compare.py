@@ -69,9 +69,12 @@ def test_a_lengthwise_system_may_carry_its_own_overrides() -> None:
     assert config["policies"]["blend"] == {"beta": 2}
     assert config["scheduler"]["max_running"] == "auto"  # the daemon's default
     # an override of a key the config writes itself replaces it
-    eager = parse_system("lengthwise:ssjf+scheduler.max_running=64+server.port=9")
+    eager = parse_system("lengthwise:ssjf+scheduler.max_running=64+server.port=9"
+                         "+engine.start_method=spawn+engine.max_num_seqs=8")
     config = tomllib.loads(_lengthwise_config(eager, Settings(model=Path("m")), 1))
     assert config["scheduler"]["max_running"] == 64 and config["server"] == {"port": 9}
+    assert config["engine"]["start_method"] == "spawn" and config["engine"]["max_num_seqs"] == 8
+    assert config["engine"]["vllm_args"] == {"dtype": "auto"}
     assert "+" not in system.label and ":" not in system.label
     with pytest.raises(ValueError, match="overrides"):
         parse_system("lengthwise:blend+beta")

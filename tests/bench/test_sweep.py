@@ -287,7 +287,8 @@ def test_a_tiny_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_a_run_where_nothing_completed_is_summarized_and_read_back(tmp_path: Path) -> None:
     """Every request refused: no latency figure (–, not nan), attainment 0, and sweep.json
-    (nan written as null) reads back; a capacity below the lowest load is a bound."""
+    (nan written as null) reads back, a pair-by-pair row whose pairs were all flagged
+    included; a capacity below the lowest load is a bound."""
     refused = [RequestResult(index=i, arrival_s=float(i), prompt_tokens=5, output_tokens=0,
                              ok=False, error="Too Many Requests") for i in range(4)]
     runs = [_run("vllm", 0.5, 0, 1.0, 0.95, 0.01), _run("vllm", 1.0, 0, 1.0, 0.5, 0.01)]
@@ -301,10 +302,16 @@ def test_a_run_where_nothing_completed_is_summarized_and_read_back(tmp_path: Pat
         model="tiny", systems=["vllm", "lw"], loads=[0.5, 1.0], repeats=1, capacity_rps=2.0,
         capacity_how="given", workload=WorkloadSpec(num=4), sample="held-out", slo_ttft=1.0,
         slo_tpot=None, slo=None, max_num_seqs=4, kv_blocks=0, max_running="auto", runs=runs,
-        points=points(runs), capacities=capacities(runs), pairs=pairs(runs, "vllm"))
+        points=points(runs), capacities=capacities(runs), pairs=pairs(runs, "vllm"),
+        paired=paired_loads(runs, "vllm"))
+    flagged = [_run("vllm", 2.0, 0, 1.0, 0.5, 0.01), _run("lw", 2.0, 0, 1.0, 0.5, 0.02)]
+    [all_flagged] = paired_loads(flagged, "vllm")
+    assert all_flagged.flagged == 1 and math.isnan(all_flagged.unflagged["mean_jct"])
+    results.paired.append(all_flagged)
     (tmp_path / "sweep.json").write_bytes(msgspec.json.encode(results))
     back = load_results(tmp_path / "sweep.json")
     assert math.isnan(back.runs[2].summary.mean_jct) and back.runs[2].attainment == 0.0
+    assert math.isnan(back.paired[-1].unflagged["mean_jct"])
     text = summary_text(back)
     assert "| 0.5x | lw | 1 | – | – | – | – | – | – | 0.0 | 4 | 0 | 0 | – |" in text
     assert "| 0.5x | lw | – | – | – | – | – | 0.00x |" in text

@@ -163,6 +163,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help='lengthwise\'s [scheduler] max_running: "auto" (memory admission, '
                         "the daemon's default) or a number")
     p.add_argument("--extra-toml", type=Path, help="TOML appended to lengthwise configs")
+    p.add_argument("--step-log", action="store_true",
+                   help="every engine logs each step's batch and time in its server's log "
+                        "(vLLM's enable_logging_iteration_details): the engines' own speed")
 
 
 def settings_from_args(args: argparse.Namespace, engine_kind: str = "vllm") -> Settings:
@@ -170,7 +173,7 @@ def settings_from_args(args: argparse.Namespace, engine_kind: str = "vllm") -> S
                     max_running=args.max_running, num_gpu_blocks_override=args.kv_blocks,
                     max_model_len=args.max_model_len, trust_budget=args.natural,
                     extra_toml=args.extra_toml.read_text() if args.extra_toml else "",
-                    engine_kind=engine_kind)
+                    engine_kind=engine_kind, step_log=args.step_log)
 
 
 def _run_system(system: System, settings: Settings, args: argparse.Namespace,

@@ -79,6 +79,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # lengthwise's [engine] kind: "vllm", or "sim" (the simulated engine: tests of a
     # harness, no vLLM server beside it).
     engine_kind: str = "vllm"
+    # Every engine logs each step's batch and time (vLLM's enable_logging_iteration_details;
+    # in lengthwise's log too): the engines' own step times, pair by pair.
+    step_log: bool = False
 
 
 def _free_port() -> int:
@@ -145,6 +148,8 @@ def _vllm_args(s: Settings) -> str:
     args = f'dtype = "{s.dtype}"'
     if s.num_gpu_blocks_override:
         args += f", num_gpu_blocks_override = {s.num_gpu_blocks_override}"
+    if s.step_log:
+        args += ", enable_logging_iteration_details = true"
     return args
 
 
@@ -164,6 +169,8 @@ def command(system: System, s: Settings, port: int, workdir: Path) -> list[str]:
         cmd += ["--num-gpu-blocks-override", str(s.num_gpu_blocks_override)]
     if system.policy == "priority":
         cmd += ["--scheduling-policy", "priority"]
+    if s.step_log:
+        cmd += ["--enable-logging-iteration-details"]
     return cmd + list(s.vllm_flags)
 
 

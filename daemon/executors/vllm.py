@@ -121,7 +121,7 @@ class VLLMExecutor(Executor):
 
     def _stats_recorder(self, vllm_config: Any, engine_index: int) -> Any:
         """vLLM's per-engine stat-logger factory signature."""
-        return vllm_engine.StatsRecorder(self, vllm_config)
+        return vllm_engine.StatsRecorder(self, vllm_config, self.name)
 
     async def _warm_up(self) -> None:
         """One short generation so the first client does not pay for lazy init."""

@@ -4,12 +4,15 @@ the stat logger that keeps its scheduler stats on the executor."""
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Protocol
 
 from daemon.config import Config, KVStoreConfig
 from daemon.executors.base import EngineStats
 from daemon.executors.settings import cpu_cores
+
+log = logging.getLogger(__name__)
 
 # The core binding the daemon was started with, for "cpu" devices (None: vLLM's "auto").
 _INHERITED_CPU_BIND = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
@@ -88,11 +91,17 @@ class StatsRecorder:
     """A vLLM per-engine stat logger (duck-typed StatLoggerBase) that keeps the engine's
     last scheduler stats on the executor instead of logging them. Passing it as the only
     custom logger, with vLLM's default loggers off, turns stats on without the periodic
-    log lines. It runs on the event loop, in AsyncLLM's output handler."""
+    log lines. It runs on the event loop, in AsyncLLM's output handler.
 
-    def __init__(self, sink: StatsSink, vllm_config: Any) -> None:
+    With `enable_logging_iteration_details = true` in [engine] vllm_args, the engine reports
+    every step's batch and time, and this logs them as vLLM's own server does (one INFO line
+    a step, "Iteration(N): ..."), which vLLM's logger, turned off here, would otherwise drop.
+    """
+
+    def __init__(self, sink: StatsSink, vllm_config: Any, name: str = "") -> None:
         self._sink = sink
         self._cache = vllm_config.cache_config
+        self._prefix = f"executor {name}: " if name else ""
 
     def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
                engine_idx: int = 0) -> None:
@@ -100,6 +109,13 @@ class StatsRecorder:
             self._sink.engine_preemptions += iteration_stats.num_preempted_reqs
         if scheduler_stats is None:
             return
+        if (step := getattr(scheduler_stats, "iteration_details", None)) is not None:
+            log.info("%sIteration(%d): %d context requests, %d context tokens, %d generation "
+                     "requests, %d generation tokens, iteration elapsed time: %.2f ms, KV "
+                     "cache usage: %.1f%%", self._prefix, step.iteration_index,
+                     step.num_ctx_requests, step.num_ctx_tokens, step.num_generation_requests,
+                     step.num_generation_tokens, step.elapsed_ms,
+                     100 * scheduler_stats.kv_cache_usage)
         if kvstore := getattr(scheduler_stats, "kv_connector_stats", None):
             self._sink.kvstore_reported(kvstore)
         self._sink.reported_stats = EngineStats(

@@ -11,7 +11,7 @@ from bench.compare import RunRecord, aggregate, run_order
 from bench.metrics import RequestResult, summarize
 from bench.plots import plot_all
 from bench.report import markdown_table, ratio_table
-from bench.servers import Settings, _lengthwise_config, parse_system
+from bench.servers import Settings, _lengthwise_config, command, parse_system
 
 
 def test_systems_alternate_within_each_repetition() -> None:
@@ -78,6 +78,21 @@ def test_a_lengthwise_system_may_carry_its_own_overrides() -> None:
     assert "+" not in system.label and ":" not in system.label
     with pytest.raises(ValueError, match="overrides"):
         parse_system("lengthwise:blend+beta")
+
+
+def test_step_log_turns_on_every_engines_step_lines(tmp_path: Path) -> None:
+    """--step-log: vLLM's server gets its flag, lengthwise's engine the same vllm_args key
+    (its stat logger writes the lines: tests/executors/test_vllm_engine.py)."""
+    logged = Settings(model=Path("m"), step_log=True)
+    assert "--enable-logging-iteration-details" in command(parse_system("vllm"), logged, 1,
+                                                          tmp_path)
+    config = tomllib.loads(_lengthwise_config(parse_system("lengthwise:ssjf"), logged, 1))
+    assert config["engine"]["vllm_args"]["enable_logging_iteration_details"] is True
+    plain = Settings(model=Path("m"))
+    assert "--enable-logging-iteration-details" not in command(parse_system("vllm"), plain, 1,
+                                                              tmp_path)
+    config = tomllib.loads(_lengthwise_config(parse_system("lengthwise:ssjf"), plain, 1))
+    assert "enable_logging_iteration_details" not in config["engine"]["vllm_args"]
 
 
 def test_the_table_counts_the_429s_the_server_saw_where_the_client_could_not() -> None:

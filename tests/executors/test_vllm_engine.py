@@ -3,6 +3,10 @@ args, its processes' environment, its KV connector's settings."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from daemon.config import Config, EngineConfig, KVStoreConfig, ModelConfig
 from daemon.executors import vllm_engine
 
@@ -39,3 +43,38 @@ def test_engine_env_binds_cores_on_cpu_and_one_gpu_on_cuda() -> None:
     assert vllm_engine.engine_env(config, "cpu:0-1") == {
         "VLLM_CPU_KVCACHE_SPACE": "3", "VLLM_CPU_OMP_THREADS_BIND": "0,1"}
     assert vllm_engine.engine_env(config, "cuda:2") == {"CUDA_VISIBLE_DEVICES": "2"}
+
+
+class _Sink:
+    engine_preemptions = 0
+    reported_stats = None
+
+    def kvstore_reported(self, data: object) -> None:
+        pass
+
+
+class _VllmConfig:
+    class cache_config:  # noqa: N801 - vLLM's attribute name
+        block_size = 128
+        num_gpu_blocks = 64
+
+
+def test_each_engine_step_is_logged_when_the_operator_asks_vllm_for_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """vllm_args' enable_logging_iteration_details: the engine reports every step, and the
+    stat logger writes vLLM's own line for it (vLLM's logger is off); without it, nothing."""
+    from vllm.v1.metrics.stats import SchedulerIterationDetails, SchedulerStats
+
+    sink = _Sink()
+    recorder = vllm_engine.StatsRecorder(sink, _VllmConfig(), "cpu-0")  # type: ignore[arg-type]
+    caplog.set_level(logging.INFO, logger=vllm_engine.__name__)
+    recorder.record(SchedulerStats(num_running_reqs=3, kv_cache_usage=0.5), None)
+    assert caplog.messages == [] and sink.reported_stats.num_running_reqs == 3
+    step = SchedulerIterationDetails(iteration_index=7, num_ctx_requests=1, num_ctx_tokens=40,
+                                     num_generation_requests=3, num_generation_tokens=3,
+                                     elapsed_ms=4.25)
+    recorder.record(SchedulerStats(num_running_reqs=4, kv_cache_usage=0.5,
+                                   iteration_details=step), None)
+    assert caplog.messages == [
+        "executor cpu-0: Iteration(7): 1 context requests, 40 context tokens, 3 generation "
+        "requests, 3 generation tokens, iteration elapsed time: 4.25 ms, KV cache usage: 50.0%"]

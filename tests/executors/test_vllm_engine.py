@@ -4,6 +4,7 @@ args, its processes' environment, its KV connector's settings."""
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import pytest
 
@@ -53,12 +54,6 @@ class _Sink:
         pass
 
 
-class _VllmConfig:
-    class cache_config:  # noqa: N801 - vLLM's attribute name
-        block_size = 128
-        num_gpu_blocks = 64
-
-
 def test_each_engine_step_is_logged_when_the_operator_asks_vllm_for_it(
         caplog: pytest.LogCaptureFixture) -> None:
     """vllm_args' enable_logging_iteration_details: the engine reports every step, and the
@@ -66,7 +61,8 @@ def test_each_engine_step_is_logged_when_the_operator_asks_vllm_for_it(
     from vllm.v1.metrics.stats import SchedulerIterationDetails, SchedulerStats
 
     sink = _Sink()
-    recorder = vllm_engine.StatsRecorder(sink, _VllmConfig(), "cpu-0")  # type: ignore[arg-type]
+    config = SimpleNamespace(cache_config=SimpleNamespace(block_size=128, num_gpu_blocks=64))
+    recorder = vllm_engine.StatsRecorder(sink, config, "cpu-0")
     caplog.set_level(logging.INFO, logger=vllm_engine.__name__)
     recorder.record(SchedulerStats(num_running_reqs=3, kv_cache_usage=0.5), None)
     assert caplog.messages == [] and sink.reported_stats.num_running_reqs == 3
@@ -75,6 +71,6 @@ def test_each_engine_step_is_logged_when_the_operator_asks_vllm_for_it(
                                      elapsed_ms=4.25)
     recorder.record(SchedulerStats(num_running_reqs=4, kv_cache_usage=0.5,
                                    iteration_details=step), None)
-    assert caplog.messages == [
+    assert caplog.messages == [(
         "executor cpu-0: Iteration(7): 1 context requests, 40 context tokens, 3 generation "
-        "requests, 3 generation tokens, iteration elapsed time: 4.25 ms, KV cache usage: 50.0%"]
+        "requests, 3 generation tokens, iteration elapsed time: 4.25 ms, KV cache usage: 50.0%")]

@@ -16,12 +16,20 @@ bins, and a bin's step time is the mean of its gaps, leaving out stalls over 4x 
 median (a request preempted and waiting, vLLM's recompute or lengthwise's). The mean, not
 the median, so that two tokens the client read at once (a ~0 gap, then a double one) still
 add up to two steps.
+
+Where both servers log every engine step (`--step-log`: vLLM's own per-step line, which
+lengthwise's stat logger writes too), those lines time the engine alone, without the client
+or either front end in it (from_step_lines); a sweep compares a pair's engines by them when
+both runs have them. The client's view stays: a front end that delays its tokens shows
+there, and only there.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
@@ -35,7 +43,7 @@ FLAG_RATIO = 0.10  # a pair whose matched step times differ by more is flagged
 class Bin(msgspec.Struct, frozen=True):
     batch: int  # the bin's largest batch: 1, 2, 4 (3-4), 8 (5-8), ...
     step_s: float  # mean gap, stalls left out
-    gaps: int  # gaps kept
+    gaps: int  # gaps kept (from step lines: steps)
 
 
 class DecodeSpeed(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,6 +105,36 @@ def decode_speed(saved: dict) -> DecodeSpeed | None:
                        gaps=len(every), bins=bins, stalls=len(stalls),
                        stall_s=float(stalls.sum()),
                        longest_stall_s=float(stalls.max()) if len(stalls) else 0.0)
+
+
+# vLLM's per-step line (enable_logging_iteration_details), as vLLM's server and
+# lengthwise's stat logger write it: "Iteration(812): 0 context requests, 0 context tokens,
+# 11 generation requests, 11 generation tokens, iteration elapsed time: 3.41 ms, ..."
+_STEP_LINE = re.compile(r"Iteration\(\d+\): (\d+) context requests, \d+ context tokens, "
+                        r"(\d+) generation requests, \d+ generation tokens, iteration elapsed "
+                        r"time: ([\d.]+) ms")
+
+
+def from_step_lines(lines: Iterable[str]) -> DecodeSpeed | None:
+    """The engine's own step times by batch, from its step lines in a server's log
+    (`--step-log`): decode-only steps (no prompt in them), filed by the requests they
+    decoded in the same power-of-two bins as decode_speed, a bin's step time their mean.
+    None when no decode-only step was logged. The time is the engine's wait for its
+    model's output: no client, no front end in it."""
+    batches, times = [], []
+    for line in lines:
+        found = _STEP_LINE.search(line)
+        if found is not None and found[1] == "0" and int(found[2]) > 0:
+            batches.append(int(found[2]))
+            times.append(float(found[3]) / 1000)
+    if not batches:
+        return None
+    batch, step = np.asarray(batches), np.asarray(times)
+    index = np.ceil(np.log2(batch)).astype(int)
+    bins = [Bin(batch=int(2 ** i), step_s=float(step[index == i].mean()),
+                gaps=int((index == i).sum())) for i in np.unique(index)]
+    return DecodeSpeed(step_s=float(step.mean()), batch=float(np.median(batch)),
+                       gaps=len(step), bins=bins)
 
 
 def from_result_file(path: Path) -> DecodeSpeed | None:

@@ -250,8 +250,15 @@ def _one_run(server: Server, system: System, args: argparse.Namespace,
     # Each repetition draws its own workload (seed + repetition), every system the same one:
     # repetitions then sample workloads, not only the machine's noise on one.
     drawn = argparse.Namespace(**{**vars(args), "seed": args.seed + repeat})
+    logged = server.log_path.stat().st_size  # the run's step lines (--step-log) follow
     record = compare.measure_run(server, system, drawn, rate, opts, args.out, repeat, tag)
     speed = enginespeed.from_result_file(vllm_client.result_path(args.out / "vllm-client", tag))
+    engine_speed = None
+    if args.step_log:
+        with server.log_path.open("rb") as log:
+            log.seek(logged)
+            engine_speed = enginespeed.from_step_lines(
+                log.read().decode(errors="replace").splitlines())
     run = SweepRun(system=system.spec, load=multiple, rate=rate, repeat=repeat,
                    position=position, summary=record.summary,
                    p99_tpot=p99_tpot(record.requests),
@@ -259,6 +266,7 @@ def _one_run(server: Server, system: System, args: argparse.Namespace,
                    refused=max(record.server_refused, record.summary.n_refused),
                    engine_preemptions=record.engine_preemptions,
                    policy_preemptions=record.policy_preemptions, speed=speed,
+                   engine_speed=engine_speed,
                    wall_s=record.wall_s, cpu=record.cpu,
                    learned_profile=record.learned_profile, waits=record.waits)
     (args.out / "runs" / f"{tag}.json").write_bytes(
@@ -274,6 +282,9 @@ def describe(run: SweepRun) -> str:
             f", step {run.speed.step_s * 1000:.2f} ms at batch {run.speed.batch:g}, stalls "
             f"{run.speed.stalls} ({run.speed.stall_s:.1f} s, longest "
             f"{run.speed.longest_stall_s:.2f} s)")
+    if run.engine_speed is not None:
+        step += (f", engine's own step {run.engine_speed.step_s * 1000:.2f} ms at batch "
+                 f"{run.engine_speed.batch:g}")
     cpu = f"; {run.cpu.describe()}" if run.cpu else ""
     return (f"{run.system:>20} @ {run.load:g}x ({run.rate:.3g} req/s) #{run.repeat + 1}: "
             f"TTFT {s.mean_ttft * 1000:.0f} / p99 {s.p99_ttft * 1000:.0f} ms, "
@@ -347,7 +358,11 @@ def summary_text(results: SweepResults) -> str:
                  "over the others.\n"),
                  report.paired_table(results.paired, baseline)]
     if results.pairs:
+        source = ("the engines' own step lines (--step-log)"
+                  if any(run.engine_speed for run in results.runs)
+                  else "the client's token times")
         text += [f"## Engine speed: step time against {baseline}'s in the same pair\n",
+                 f"At matched batch sizes, from {source}.\n",
                  report.pairs_table(results.pairs, baseline)]
     if results.adjusted:
         text += [f"## Paired ratios to {baseline} at equal engine speed\n",

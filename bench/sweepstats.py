@@ -36,6 +36,9 @@ class SweepRun(msgspec.Struct, kw_only=True):
     speed: DecodeSpeed | None  # the engine's step times (bench/enginespeed.py)
     wall_s: float
     cpu: CpuShare | None = None
+    # The engine's own step times, from its step lines in the server's log (--step-log;
+    # enginespeed.from_step_lines); None without them.
+    engine_speed: DecodeSpeed | None = None
     learned_profile: str = ""  # lengthwise: its clock over the run (bench/compare.py)
     waits: dict[str, float] = {}  # lengthwise's account of its waits (servers.Counters)
 
@@ -45,6 +48,8 @@ class SweepRun(msgspec.Struct, kw_only=True):
             value = getattr(self, name)
         elif name == "step_s":
             value = self.speed.step_s if self.speed else None
+        elif name == "engine_step_s":
+            value = self.engine_speed.step_s if self.engine_speed else None
         else:
             value = getattr(self.summary, name)
         return math.nan if value is None else float(value)
@@ -54,6 +59,7 @@ _OWN = ("p99_tpot", "attainment", "refused", "engine_preemptions", "policy_preem
 # What the table and the plots show per (load, system): seconds, shares, counts.
 FIGURES = ("mean_ttft", "p99_ttft", "mean_tpot", "p99_tpot", "mean_jct", "p99_jct",
            "attainment", "refused", "engine_preemptions", "policy_preemptions", "step_s",
+           "engine_step_s",
            "throughput_rps")
 
 
@@ -183,17 +189,26 @@ def figure_ratio(run: SweepRun, ref: SweepRun, figure: str) -> float:
     return mine / theirs if mine > 0 and theirs > 0 else math.nan
 
 
+def _speeds(run: SweepRun, ref: SweepRun) -> tuple[DecodeSpeed, DecodeSpeed] | None:
+    """(the baseline run's, the run's) step times to compare: the engines' own where both
+    logged their steps (--step-log), else the client's; None where either has none."""
+    if run.engine_speed and ref.engine_speed:
+        return ref.engine_speed, run.engine_speed
+    return (ref.speed, run.speed) if ref.speed and run.speed else None
+
+
 def step_ratio(run: SweepRun, ref: SweepRun) -> float:
-    """The run's engine step time over the baseline run's (enginespeed.speed_ratio); nan
-    where either has no step times."""
-    return speed_ratio(ref.speed, run.speed)[0] if ref.speed and run.speed else math.nan
+    """The run's engine step time over the baseline run's (enginespeed.speed_ratio, on
+    _speeds); nan where either has no step times."""
+    speeds = _speeds(run, ref)
+    return speed_ratio(*speeds)[0] if speeds else math.nan
 
 
 def pairs(runs: Sequence[SweepRun], baseline: str) -> list[Pair]:
     out = []
     for run, ref in paired(runs, baseline):
-        ratio, matched = (speed_ratio(ref.speed, run.speed) if ref.speed and run.speed
-                          else (None, False))
+        speeds = _speeds(run, ref)
+        ratio, matched = speed_ratio(*speeds) if speeds else (None, False)
         out.append(Pair(load=run.load, repeat=run.repeat, system=run.system,
                         step_ratio=ratio, matched=matched,
                         flagged=ratio is not None and flagged(ratio)))

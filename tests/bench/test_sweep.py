@@ -10,7 +10,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from bench.enginespeed import Bin, DecodeSpeed, decode_speed, flagged, speed_ratio
+from bench.enginespeed import (
+    Bin,
+    DecodeSpeed,
+    decode_speed,
+    flagged,
+    from_step_lines,
+    speed_ratio,
+)
 from bench.metrics import RequestResult, summarize
 from bench.sweep import SweepResults, load_results, summary_text
 from bench.sweep_plots import plot_sweep
@@ -75,6 +82,46 @@ def test_engine_speed_is_compared_at_matched_batch_sizes() -> None:
     # no bin shared with enough gaps: the overall step times, marked unmatched
     ratio, matched = speed_ratio(vllm, _speed({64: (0.06, 1000)}))
     assert not matched and ratio == pytest.approx(0.06 / 0.02)
+
+
+def test_the_engines_own_step_lines_are_timed_per_batch() -> None:
+    """vLLM's server's line and lengthwise's (its stat logger, daemon/executors) alike;
+    steps with a prompt in them and other lines are left out."""
+    def step(n: int, prompts: int, batch: int, ms: float, usage: str) -> str:
+        return (f"Iteration({n}): {prompts} context requests, {prompts * 754} context tokens, "
+                f"{batch} generation requests, {batch} generation tokens, iteration elapsed "
+                f"time: {ms:.2f} ms, {usage}")
+
+    log = [
+        "(APIServer pid=21509) INFO 11-28 22:46:50 [loggers.py:199] Engine 000: "
+        + step(7, 0, 3, 2.0, "CPU KV cache usage: 22.2%"),
+        "2026-11-28 22:48:19,492 INFO daemon.executors.vllm_engine: executor cpu-0: "
+        + step(8, 0, 4, 4.0, "KV cache usage: 50.8%"),
+        "executor cpu-0: " + step(9, 1, 4, 30.0, "KV cache usage: 60.0%"),
+        "executor cpu-0: " + step(10, 0, 1, 1.5, "KV cache usage: 2.0%"),
+        "INFO daemon.core.scheduler: something else, 12 generation requests",
+    ]
+    speed = from_step_lines(log)
+    assert speed is not None and speed.gaps == 3
+    assert {b.batch: (b.step_s, b.gaps) for b in speed.bins} == {
+        1: (pytest.approx(0.0015), 1), 4: (pytest.approx(0.003), 2)}  # 3 and 4 share a bin
+    assert speed.step_s == pytest.approx(0.0025) and speed.batch == 3.0
+    assert from_step_lines(log[2:3] + log[4:]) is None  # no decode-only step
+
+
+def test_pairs_compare_the_engines_own_steps_where_both_logged_them() -> None:
+    """The client saw both engines at one speed, their own lines say 1.3x: the pair is
+    flagged by the lines; where one run has none, the client's view stands."""
+    vllm, lw = _run("vllm", 1.0, 0, 2.0, 1.0, 0.01), _run("lw", 1.0, 0, 2.0, 1.0, 0.01)
+    own = {4: (0.003, 900)}
+    logged = [msgspec.structs.replace(vllm, engine_speed=_speed(own)),
+              msgspec.structs.replace(lw, engine_speed=_speed({4: (0.0039, 900)}))]
+    [pair] = pairs(logged, "vllm")
+    assert pair.step_ratio == pytest.approx(1.3) and pair.flagged
+    assert points(logged)[1].figures["engine_step_s"].median == pytest.approx(0.0039)
+    [pair] = pairs([logged[0], lw], "vllm")
+    assert pair.step_ratio == pytest.approx(1.0) and not pair.flagged
+    assert "engine_step_s" not in points([vllm, lw])[0].figures
 
 
 def test_slo_capacity_is_the_last_crossing_interpolated() -> None:

@@ -111,22 +111,24 @@ def decode_speed(saved: dict) -> DecodeSpeed | None:
 # lengthwise's stat logger write it: "Iteration(812): 0 context requests, 0 context tokens,
 # 11 generation requests, 11 generation tokens, iteration elapsed time: 3.41 ms, ..."
 _STEP_LINE = re.compile(r"Iteration\(\d+\): (\d+) context requests, \d+ context tokens, "
-                        r"(\d+) generation requests, \d+ generation tokens, iteration elapsed "
-                        r"time: ([\d.]+) ms")
+                        r"(\d+) generation requests, (\d+) generation tokens, iteration "
+                        r"elapsed time: ([\d.]+) ms")
 
 
 def from_step_lines(lines: Iterable[str]) -> DecodeSpeed | None:
     """The engine's own step times by batch, from its step lines in a server's log
-    (`--step-log`): decode-only steps (no prompt in them), filed by the requests they
-    decoded in the same power-of-two bins as decode_speed, a bin's step time their mean.
+    (`--step-log`): decode-only steps (no prompt in them, and one token per request: vLLM
+    counts the recompute of a preempted request's output, whose prompt the prefix cache
+    still held, as generation tokens), filed by the requests they decoded in the same
+    power-of-two bins as decode_speed, a bin's step time their mean.
     None when no decode-only step was logged. The time is the engine's wait for its
     model's output: no client, no front end in it."""
     batches, times = [], []
     for line in lines:
         found = _STEP_LINE.search(line)
-        if found is not None and found[1] == "0" and int(found[2]) > 0:
+        if found is not None and found[1] == "0" and 0 < int(found[2]) == int(found[3]):
             batches.append(int(found[2]))
-            times.append(float(found[3]) / 1000)
+            times.append(float(found[4]) / 1000)
     if not batches:
         return None
     batch, step = np.asarray(batches), np.asarray(times)

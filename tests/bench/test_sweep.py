@@ -86,11 +86,13 @@ def test_engine_speed_is_compared_at_matched_batch_sizes() -> None:
 
 def test_the_engines_own_step_lines_are_timed_per_batch() -> None:
     """vLLM's server's line and lengthwise's (its stat logger, daemon/executors) alike;
-    steps with a prompt in them and other lines are left out."""
-    def step(n: int, prompts: int, batch: int, ms: float, usage: str) -> str:
+    steps with a prompt in them, steps that recompute a preempted request's output (more
+    generation tokens than requests) and other lines are left out."""
+
+    def step(n: int, prompts: int, batch: int, ms: float, usage: str, tokens: int = 0) -> str:
         return (f"Iteration({n}): {prompts} context requests, {prompts * 754} context tokens, "
-                f"{batch} generation requests, {batch} generation tokens, iteration elapsed "
-                f"time: {ms:.2f} ms, {usage}")
+                f"{batch} generation requests, {tokens or batch} generation tokens, iteration "
+                f"elapsed time: {ms:.2f} ms, {usage}")
 
     log = [
         "(APIServer pid=21509) INFO 11-28 22:46:50 [loggers.py:199] Engine 000: "
@@ -99,6 +101,7 @@ def test_the_engines_own_step_lines_are_timed_per_batch() -> None:
         + step(8, 0, 4, 4.0, "KV cache usage: 50.8%"),
         "executor cpu-0: " + step(9, 1, 4, 30.0, "KV cache usage: 60.0%"),
         "executor cpu-0: " + step(10, 0, 1, 1.5, "KV cache usage: 2.0%"),
+        "executor cpu-0: " + step(11, 0, 4, 25.0, "KV cache usage: 90.0%", tokens=420),
         "INFO daemon.core.scheduler: something else, 12 generation requests",
     ]
     speed = from_step_lines(log)

@@ -121,8 +121,9 @@ def from_step_lines(lines: Iterable[str]) -> DecodeSpeed | None:
     counts the recompute of a preempted request's output, whose prompt the prefix cache
     still held, as generation tokens), filed by the requests they decoded in the same
     power-of-two bins as decode_speed, a bin's step time their mean.
-    None when no decode-only step was logged. The time is the engine's wait for its
-    model's output: no client, no front end in it."""
+    None when no decode-only step was logged. The time is the engine core's wait for its
+    model's output (the worker's step and the hand-back): no client or front end in the
+    measure, though sharing the CPU they can still slow it."""
     batches, times = [], []
     for line in lines:
         found = _STEP_LINE.search(line)

@@ -18,9 +18,9 @@ the median, so that two tokens the client read at once (a ~0 gap, then a double 
 add up to two steps.
 
 Where both servers log every engine step (`--step-log`: vLLM's own per-step line, which
-lengthwise's stat logger writes too), those lines time the engine alone, without the client
-or either front end in it (from_step_lines); a sweep compares a pair's engines by them when
-both runs have them. The client's view stays: a front end that delays its tokens shows
+lengthwise's stat logger writes too), those lines time the engine itself, with neither the
+client nor a front end in the measure (from_step_lines); a sweep compares a pair's engines by
+them when both runs have them. The client's view stays: a front end that delays its tokens shows
 there, and only there.
 """
 

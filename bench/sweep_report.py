@@ -15,7 +15,8 @@ _COLUMNS = (("mean_ttft", "mean TTFT (ms)", 1000, 0), ("p99_ttft", "p99 TTFT (ms
             ("attainment", "attainment (%)", 100, 1), ("refused", "refused", 1, 0),
             ("engine_preemptions", "engine preemptions", 1, 0),
             ("policy_preemptions", "lengthwise preemptions", 1, 0),
-            ("step_s", "step (ms)", 1000, 2), ("engine_step_s", "engine's step (ms)", 1000, 2))
+            ("step_s", "client's step (ms)", 1000, 2),
+            ("engine_step_s", "engine's step (ms)", 1000, 2))
 _RATIOS = ("mean_ttft", "p99_ttft", "mean_tpot", "mean_jct", "p99_jct", "attainment")
 
 

@@ -4,11 +4,14 @@ opened), plain text both ways, and a clear error for messages the template refus
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from daemon.tokenizer import TemplateError, Tokenizer
+from tests.support import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -48,3 +51,24 @@ def test_vocab_size_is_the_models(tokenizer: Tokenizer, tiny_model: Path) -> Non
     # The tiny model was built with this tokenizer: its embedding has one row per token.
     assert tokenizer.vocab_size == json.loads((tiny_model / "config.json").read_text())[
         "vocab_size"]
+
+
+@pytest.mark.parametrize("model", ["tiny_model", "smollm2_model"])
+def test_a_plain_tokenizer_loads_as_autotokenizer_would_without_importing_torch(
+        model: str, request: pytest.FixtureRequest) -> None:
+    """Both packaged models name TokenizersBackend: loaded directly, the same class and ids
+    as AutoTokenizer's, and the load leaves torch unimported (a fresh interpreter)."""
+    path = str(request.getfixturevalue(model))
+    script = ("import sys, json; from daemon.tokenizer import Tokenizer; t = Tokenizer(sys.argv[1]); "
+              "print(json.dumps([type(t.hf).__name__, 'torch' in sys.modules, "
+              "t.encode_chat([{'role': 'user', 'content': 'Name a colour.'}])]))")
+    out = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True,
+                         check=True, timeout=120, cwd=ROOT)
+    name, torch_imported, ids = json.loads(out.stdout.splitlines()[-1])
+    from transformers import AutoTokenizer
+
+    auto = AutoTokenizer.from_pretrained(path)
+    assert name == type(auto).__name__ and not torch_imported
+    assert ids == auto.encode(auto.apply_chat_template(
+        [{"role": "user", "content": "Name a colour."}], tokenize=False,
+        add_generation_prompt=True), add_special_tokens=False)

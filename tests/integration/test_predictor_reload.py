@@ -29,7 +29,7 @@ from tests.support import (
 
 MODEL = "smollm2-135m-instruct"
 PROBE = [{"role": "user", "content": "Describe the water cycle for a ten-year-old."}]
-REQUESTS = 60
+REQUESTS = 24
 
 
 def _ask(base_url: str, messages: list[dict[str, str]], max_tokens: int) -> httpx.Response:
@@ -90,7 +90,7 @@ def test_retrain_from_request_log_then_sighup_reloads(tmp_path: Path) -> None:
         new = tmp_path / "retrained"
         trained = subprocess.run(
             [str(LENGTHWISE), "predictor", "train", "--kind", "proxy", "--data", str(log_path),
-             "--out", str(new), "--epochs", "3", "--dev-limit", "0"],
+             "--out", str(new), "--epochs", "1", "--dev-limit", "0"],
             check=False, cwd=ROOT, capture_output=True, text=True, timeout=600,
             env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert trained.returncode == 0, trained.stderr

@@ -53,22 +53,24 @@ def test_vocab_size_is_the_models(tokenizer: Tokenizer, tiny_model: Path) -> Non
         "vocab_size"]
 
 
-@pytest.mark.parametrize("model", ["tiny_model", "smollm2_model"])
 def test_a_plain_tokenizer_loads_as_autotokenizer_would_without_importing_torch(
-        model: str, request: pytest.FixtureRequest) -> None:
+        tiny_model: Path, smollm2_model: Path) -> None:
     """Both packaged models name TokenizersBackend: loaded directly, the same class and ids
-    as AutoTokenizer's, and the load leaves torch unimported (a fresh interpreter)."""
-    path = str(request.getfixturevalue(model))
-    script = ("import sys, json; from daemon.tokenizer import Tokenizer; t = Tokenizer(sys.argv[1]); "
-              "print(json.dumps([type(t.hf).__name__, 'torch' in sys.modules, "
-              "t.encode_chat([{'role': 'user', 'content': 'Name a colour.'}])]))")
-    out = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True,
-                         check=True, timeout=120, cwd=ROOT)
-    name, torch_imported, ids = json.loads(out.stdout.splitlines()[-1])
+    as AutoTokenizer's, and the loads leave torch unimported (a fresh interpreter)."""
+    messages = [{"role": "user", "content": "Name a colour."}]
+    script = ("import sys, json; from daemon.tokenizer import Tokenizer; "
+              "ts = [Tokenizer(p) for p in sys.argv[2:]]; "
+              "print(json.dumps(['torch' in sys.modules] + [[type(t.hf).__name__, "
+              "t.encode_chat(json.loads(sys.argv[1]))] for t in ts]))")
+    paths = [str(tiny_model), str(smollm2_model)]
+    out = subprocess.run([sys.executable, "-c", script, json.dumps(messages), *paths],
+                         capture_output=True, text=True, check=True, timeout=120, cwd=ROOT)
+    torch_imported, *loaded = json.loads(out.stdout.splitlines()[-1])
+    assert not torch_imported
     from transformers import AutoTokenizer
 
-    auto = AutoTokenizer.from_pretrained(path)
-    assert name == type(auto).__name__ and not torch_imported
-    assert ids == auto.encode(auto.apply_chat_template(
-        [{"role": "user", "content": "Name a colour."}], tokenize=False,
-        add_generation_prompt=True), add_special_tokens=False)
+    for path, (name, ids) in zip(paths, loaded, strict=True):
+        auto = AutoTokenizer.from_pretrained(path)
+        assert name == type(auto).__name__
+        assert ids == auto.encode(auto.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True), add_special_tokens=False)

@@ -26,13 +26,17 @@ class CpuShare(msgspec.Struct, frozen=True, kw_only=True):
     client_cores: float  # this process: the load client
     other_cores: float  # the rest of the machine
     cores: int  # logical CPUs on the machine
+    # Of server_cores, the server's own process (the root of its tree: lengthwise's daemon,
+    # vLLM's API server): the front that shares the engine's cores.
+    front_cores: float = 0.0
 
     @property
     def contaminated(self) -> bool:
         return self.other_cores > BUSY_OTHER_CORES
 
     def describe(self) -> str:
-        return (f"CPU: server {self.server_cores:.2f}, client {self.client_cores:.2f}, "
+        return (f"CPU: server {self.server_cores:.2f} (front {self.front_cores:.2f}), "
+                f"client {self.client_cores:.2f}, "
                 f"other {self.other_cores:.2f} of {self.cores} cores")
 
     def warn_if_contaminated(self, during: str) -> None:
@@ -81,9 +85,10 @@ class CpuMeter:
         wall = max(time.monotonic() - self._t0, 1e-9)
         busy = _busy_s() - self._busy0
         client = _own_s(self._client) - self._client0
-        server = 0.0
+        server = front = 0.0
         if self._server is not None:
             now = _tree_s(self._server)
+            front = now.get(self._server.pid, 0.0) - self._server0.get(self._server.pid, 0.0)
             # A process born during the run counts from zero; one that died is lost (its
             # time then shows up as "other", erring towards flagging the run).
             server = sum(t - self._server0.get(pid, 0.0) for pid, t in now.items())
@@ -91,4 +96,4 @@ class CpuMeter:
                 client = 0.0  # the server is this process (and its children): counted once
         return CpuShare(wall_s=wall, server_cores=server / wall, client_cores=client / wall,
                         other_cores=max(busy - server - client, 0.0) / wall,
-                        cores=psutil.cpu_count() or 1)
+                        cores=psutil.cpu_count() or 1, front_cores=front / wall)

@@ -16,7 +16,8 @@ _COLUMNS = (("mean_ttft", "mean TTFT (ms)", 1000, 0), ("p99_ttft", "p99 TTFT (ms
             ("engine_preemptions", "engine preemptions", 1, 0),
             ("policy_preemptions", "lengthwise preemptions", 1, 0),
             ("step_s", "client's step (ms)", 1000, 2),
-            ("engine_step_s", "engine's step (ms)", 1000, 2))
+            ("engine_step_s", "engine's step (ms)", 1000, 2),
+            ("front_cores", "front CPU (cores)", 1, 2))
 _RATIOS = ("mean_ttft", "p99_ttft", "mean_tpot", "mean_jct", "p99_jct", "attainment")
 
 

@@ -50,6 +50,8 @@ class SweepRun(msgspec.Struct, kw_only=True):
             value = self.speed.step_s if self.speed else None
         elif name == "engine_step_s":
             value = self.engine_speed.step_s if self.engine_speed else None
+        elif name == "front_cores":
+            value = self.cpu.front_cores if self.cpu else None
         else:
             value = getattr(self.summary, name)
         return math.nan if value is None else float(value)
@@ -59,7 +61,7 @@ _OWN = ("p99_tpot", "attainment", "refused", "engine_preemptions", "policy_preem
 # What the table and the plots show per (load, system): seconds, shares, counts.
 FIGURES = ("mean_ttft", "p99_ttft", "mean_tpot", "p99_tpot", "mean_jct", "p99_jct",
            "attainment", "refused", "engine_preemptions", "policy_preemptions", "step_s",
-           "engine_step_s",
+           "engine_step_s", "front_cores",
            "throughput_rps")
 
 

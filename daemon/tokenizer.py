@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-# A tokenizer saved by transformers 5 names its class TokenizersBackend (older ones
-# PreTrainedTokenizerFast, its alias): its tokenizer.json is the whole of it, and loading that
-# class directly is what AutoTokenizer would do, without AutoTokenizer's import (the model
-# registry, torch, scikit-learn: ~4.5 of a simulated daemon's ~6 s start on a 2-core host).
-_PLAIN_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+# A tokenizer saved by transformers 5 names its class TokenizersBackend: its tokenizer.json is
+# the whole of it, and loading that class directly (as PreTrainedTokenizerFast, its alias) is
+# what AutoTokenizer does, without AutoTokenizer's import (the model registry, torch,
+# scikit-learn: ~4.5 of a simulated daemon's ~6 s start on a 2-core host). Any other class,
+# or none named, goes through AutoTokenizer (it may map a generic name to the model's own).
+_PLAIN_CLASS = "TokenizersBackend"
 
 
 def _load(model_path: str) -> Any:
@@ -20,7 +21,7 @@ def _load(model_path: str) -> Any:
         config = json.loads((Path(model_path) / "tokenizer_config.json").read_text())
     except (OSError, ValueError):
         config = {}
-    if config.get("tokenizer_class") in _PLAIN_CLASSES:
+    if config.get("tokenizer_class") == _PLAIN_CLASS:
         from transformers import PreTrainedTokenizerFast
 
         return PreTrainedTokenizerFast.from_pretrained(model_path)

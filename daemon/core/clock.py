@@ -64,6 +64,7 @@ class StepClock:
         self.cost = self.prior  # the current estimate: the prior until MIN_SAMPLES
         self.samples = 0  # step samples taken (all time)
         self.fits = 0
+        self.fitted_at = 0  # `samples` when the last fit read its window
         self.fit_error = math.nan  # median |relative error| of the last fit on its window
         self._x = np.zeros((WINDOW, len(TERMS)))
         self._y = np.zeros(WINDOW)
@@ -147,6 +148,7 @@ class StepClock:
         self.cost = CostModel.from_vector(u * scale)
         self.fit_error = float(np.median(np.abs(rel[keep])))
         self.fits += 1
+        self.fitted_at = self.samples
 
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         """Predicted seconds of one decode step of `batch` sequences holding

@@ -30,11 +30,12 @@ def total(text: str, name: str, **labels: str) -> float:
                if all(sample.labels.get(key) == value for key, value in labels.items()))
 
 
-def by_label(text: str, name: str, label: str) -> dict[str, float]:
-    """The samples named `name` summed per value of their `label` ({} if there is none)."""
+def by_label(text: str, name: str, *labels: str) -> dict[str, float]:
+    """The samples named `name` summed per value of their `labels`, the values joined by
+    "/" ({} if there is none)."""
     found: dict[str, float] = {}
     for sample in _named(text, name):
-        if label in sample.labels:
-            value = sample.labels[label]
+        if all(label in sample.labels for label in labels):
+            value = "/".join(sample.labels[label] for label in labels)
             found[value] = found.get(value, 0.0) + sample.value
     return found

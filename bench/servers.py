@@ -198,6 +198,8 @@ class Counters(NamedTuple):
     # job waiting with room for it now, by the rule that held it), "ttft_s:PHASE" and
     # "ttft_n:PHASE" (lengthwise_ttft_phase_seconds' sum and count: predict, queue,
     # engine), "shadow:OUTCOME" (lengthwise_slo_shadow_refusals_total: met, missed),
+    # "shadow_by:CAUSE/OUTCOME" (the same by cause: ttft:queue, ttft:memory, ttft:none,
+    # tpot), "refused_by:CAUSE" (lengthwise_slo_refusals_total),
     # "lag:LE" (lengthwise_event_loop_lag_seconds' buckets: probes of the event loop, every
     # 0.1 s, that fired at most LE seconds late; "lag:+Inf" counts them all).
     waits: dict[str, float]
@@ -212,13 +214,15 @@ class Counters(NamedTuple):
 def _waits(text: str) -> dict[str, float]:
     """Counters.waits from a /metrics text."""
     waits: dict[str, float] = {}
-    for prefix, name, label in (
+    for prefix, name, *labels in (
             ("held", "lengthwise_admission_held_total", "reason"),
             ("ttft_s", "lengthwise_ttft_phase_seconds_sum", "phase"),
             ("ttft_n", "lengthwise_ttft_phase_seconds_count", "phase"),
             ("shadow", "lengthwise_slo_shadow_refusals_total", "outcome"),
+            ("shadow_by", "lengthwise_slo_shadow_refusals_total", "cause", "outcome"),
+            ("refused_by", "lengthwise_slo_refusals_total", "cause"),
             ("lag", "lengthwise_event_loop_lag_seconds_bucket", "le")):
-        for value, count in promtext.by_label(text, name, label).items():
+        for value, count in promtext.by_label(text, name, *labels).items():
             waits[f"{prefix}:{value}"] = count
     return waits
 

@@ -153,23 +153,36 @@ def refusals_table(runs: Sequence[stats.SweepRun]) -> str:
     """Per load and lengthwise system: the requests it refused (429) and, in shadow mode
     ([slo] enforce = false), those it would have refused and whether they then met their
     objective (lengthwise_slo_shadow_refusals_total). A would-be refusal was right when the
-    request, served anyway, missed: precision = missed / would-refuse. Sums over the
-    repetitions; "" where no run refused or would have."""
+    request, served anyway, missed: precision = missed / would-refuse. The last column
+    splits them by the forecast that refused (slo.Refusal.cause), the shadow ones' met in
+    brackets. Sums over the repetitions; "" where no run refused or would have."""
     rows: dict[tuple[float, str], list[float]] = {}
+    causes: dict[tuple[float, str], dict[str, list[float]]] = {}
     for run in runs:
         met, missed = run.waits.get("shadow:met", 0.0), run.waits.get("shadow:missed", 0.0)
         if run.waits or run.refused:
             row = rows.setdefault((run.load, run.system), [0.0, 0.0, 0.0, 0.0])
             for i, value in enumerate((run.refused, met, missed, 1.0)):
                 row[i] += value
+        for key, value in run.waits.items():
+            kind, _, label = key.partition(":")
+            if kind in ("refused_by", "shadow_by") and value:
+                cause, _, outcome = label.partition("/")
+                count = causes.setdefault((run.load, run.system), {}).setdefault(
+                    cause, [0.0, 0.0])
+                count[0] += value
+                count[1] += value if outcome == "met" else 0.0
     if not any(refused or met or missed for refused, met, missed, _ in rows.values()):
         return ""
     head = ("| load | system | runs | refused | would refuse (shadow) | of them met | "
-            "of them missed | precision |")
-    lines = [head, "|---" * 8 + "|"]
+            "of them missed | precision | by cause |")
+    lines = [head, "|---" * 9 + "|"]
     for (load, system), (refused, met, missed, n) in sorted(rows.items()):
         shadow = met + missed
         precision = f"{100 * missed / shadow:.0f} %" if shadow else "–"
+        by_cause = ", ".join(
+            f"{cause} {count:g}" + (f" ({cause_met:g} met)" if shadow else "")
+            for cause, (count, cause_met) in sorted(causes.get((load, system), {}).items()))
         lines.append(f"| {load:g}x | {system} | {n:g} | {refused:g} | {shadow:g} | {met:g} "
-                     f"| {missed:g} | {precision} |")
+                     f"| {missed:g} | {precision} | {by_cause or '–'} |")
     return "\n".join(lines) + "\n"

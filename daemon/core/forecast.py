@@ -162,7 +162,7 @@ class Forecaster:
             if refusal is not None and self.enforce:
                 raise SloUnreachable(refusal)
             if refusal is not None:  # shadow mode: served, and its outcome counted
-                job.would_refuse = refusal.reason
+                job.would_refuse = refusal.cause
         victim = None
         if queued - len(shedding) >= max_waiting:
             victim = self.sheddable_for(job, shedding)
@@ -204,8 +204,11 @@ class Forecaster:
             seconds, memory = wait.s, wait.memory
         if not self.learned(memory):
             seconds = 0.0
-        return slo.refusal(job, self._start_s(job, seconds, memory), self.estimates.policy,
-                           self.decode_step_s())
+        refusal = slo.refusal(job, self._start_s(job, seconds, memory), self.estimates.policy,
+                              self.decode_step_s())
+        if refusal is None or not seconds:
+            return refusal
+        return refusal._replace(forecast="memory" if memory else "queue")
 
     def _start_s(self, job: Job, wait: float, memory: bool = False) -> float:
         margin = max(wait, RATIO_FLOOR_S) * self.margin(memory) if wait > 0 else 0.0

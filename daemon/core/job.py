@@ -152,8 +152,9 @@ class Job:
     slo: Slo | None = None
     # The core found it can no longer meet its objective: it waits as best effort.
     slo_missed: bool = False
-    # Why admission would have refused it ("ttft", "tpot") where it only counts refusals
-    # ([slo] enforce = false, shadow mode); None: it would have been accepted.
+    # Why admission would have refused it (slo.Refusal.cause: "ttft:queue", "ttft:memory",
+    # "ttft:none", "tpot") where it only counts refusals ([slo] enforce = false, shadow
+    # mode); None: it would have been accepted.
     would_refuse: str | None = None
     # Its last preemption saved its KV to kvstore (the executor said so when it stopped;
     # kv_residency may change later): the next resume counts as an offloaded one.

@@ -31,12 +31,20 @@ MAX_AHEAD = 512  # jobs ahead a forecast list-schedules (the rest count at the t
 
 
 class Refusal(NamedTuple):
-    """Why a request cannot meet its objective: which part, the predicted value (s), and
-    when a retry could (s from now)."""
+    """Why a request cannot meet its objective: which part, the predicted value (s), when a
+    retry could (s from now), and which forecast of its wait said so."""
 
     reason: str  # "ttft" | "tpot"
     predicted_s: float
     retry_after_s: float
+    # "queue": the slot forecast (the work ahead); "memory": the KV bound (its context
+    # finding room); "none": no wait forecast (the time since arrival and the prefill)
+    forecast: str = "none"
+
+    @property
+    def cause(self) -> str:
+        """"ttft:queue", "ttft:memory", "ttft:none" or "tpot": a metric label."""
+        return f"ttft:{self.forecast}" if self.reason == "ttft" else self.reason
 
 
 class Prediction(NamedTuple):

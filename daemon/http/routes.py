@@ -104,7 +104,7 @@ class Routes:
                             objective)
         refusal = svc.scheduler.forecast.refusal(probe)
         if refusal is not None:
-            svc.metrics.slo.refused(req.priority)
+            svc.metrics.slo.refused(req.priority, refusal)
             raise slo.refused(SloUnreachable(refusal))
         return objective
 
@@ -171,7 +171,7 @@ class Routes:
         if isinstance(exc, NotAccepting):
             return ApiError(503, f"{exc}", "server_error", retry_after_s=svc.retry_after_s())
         if isinstance(exc, SloUnreachable):
-            svc.metrics.slo.refused(priority)
+            svc.metrics.slo.refused(priority, exc.refusal)
             return slo.refused(exc)
         err = ApiError(429, f"server overloaded: {exc}; retry later", "rate_limit_error",
                        retry_after_s=svc.retry_after_s())

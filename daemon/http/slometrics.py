@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 
 from daemon.core.job import Job, JobStatus
 from daemon.core.scheduler import Scheduler
-from daemon.core.slo import attainment
+from daemon.core.slo import Refusal, attainment
 
 # Seconds of slack (objective minus actual): negative = missed by that much.
 _SLACK_BUCKETS = (-10, -2.5, -1, -0.5, -0.25, -0.1, -0.05, -0.01, 0, 0.01, 0.05, 0.1, 0.25,
@@ -38,11 +38,19 @@ class SloMetrics:
         self.shadow = Counter(
             "lengthwise_slo_shadow_refusals", "Requests admission would have refused in "
             "shadow mode ([slo] enforce = false), served anyway, by class and outcome: met "
-            "(the refusal would have been wrong) or missed; precision = missed / all",
-            ["priority", "outcome"], registry=registry)
+            "(the refusal would have been wrong) or missed; precision = missed / all; and "
+            "by cause (as lengthwise_slo_refusals_total's)",
+            ["priority", "outcome", "cause"], registry=registry)
+        self.refusals = Counter(
+            "lengthwise_slo_refusals", "Requests refused (429) as unable to meet their "
+            "objective, by class and cause: ttft:queue (the forecast of the work ahead), "
+            "ttft:memory (of its KV finding room), ttft:none (no wait: the time since "
+            "arrival and the prefill), tpot (the decode step)", ["priority", "cause"],
+            registry=registry)
 
-    def refused(self, priority: int) -> None:
+    def refused(self, priority: int, refusal: Refusal) -> None:
         self.requests.labels(str(priority), "refused").inc()
+        self.refusals.labels(str(priority), refusal.cause).inc()
 
     def observe(self, job: Job) -> None:
         """A job ended (once per job); a client that left early counts nowhere."""
@@ -61,7 +69,7 @@ class SloMetrics:
         met = result is not None and result.met
         self.requests.labels(priority, "met" if met else "missed").inc()
         if job.would_refuse is not None:
-            self.shadow.labels(priority, "met" if met else "missed").inc()
+            self.shadow.labels(priority, "met" if met else "missed", job.would_refuse).inc()
 
 
 class PredictedTtftCollector(Collector):

@@ -56,7 +56,7 @@ async def test_a_new_request_starts_after_the_running_job_and_the_work_ahead() -
     assert forecast.refusal(new) is None  # no start seen yet: its error is unknown
     learn_forecast_errors(forecast)  # starts came as forecast
     refusal = forecast.refusal(new)
-    assert refusal is not None and refusal.reason == "ttft"
+    assert refusal is not None and refusal.cause == "ttft:queue"  # the work ahead said so
     assert refusal.predicted_s == pytest.approx(1.5, abs=0.05)
     assert refusal.retry_after_s == pytest.approx(0.5, abs=0.05)
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.6))) is None
@@ -92,7 +92,7 @@ async def test_a_new_request_waits_until_its_kv_fits() -> None:
     assert core.forecast.refusal(huge) is None  # its error unknown: nothing is refused
     learn_forecast_errors(core.forecast, memory=True)  # under peak admission, on time
     refusal = core.forecast.refusal(huge)
-    assert refusal is not None and refusal.reason == "ttft"
+    assert refusal is not None and refusal.cause == "ttft:memory"  # its KV fitting said so
     # The predicted-latency header and the router's metric see memory too: queued behind
     # "ahead", "huge" starts when both running jobs have ended, and so would a new request.
     core.waiting.push(huge)
@@ -312,4 +312,4 @@ async def test_a_tpot_objective_is_judged_on_the_batch_it_would_join_not_a_full_
     for k in range(8):
         core.lanes[0].running[f"r{k}"] = _job(f"r{k}", 10, now)
     refusal = core.forecast.refusal(_job("crowded", 10, now, slo=Slo(tpot_s=0.03)))
-    assert refusal is not None and refusal.reason == "tpot"
+    assert refusal is not None and refusal.reason == refusal.cause == "tpot"

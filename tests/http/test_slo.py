@@ -139,6 +139,8 @@ async def test_unreachable_ttft_is_refused_at_once_before_any_engine_work(
     assert elapsed < 1.0  # no waiting on the engine (the target, 50 ms, is benchmarked)
     metrics = (await http.get("/metrics")).text
     assert 'lengthwise_slo_requests_total{outcome="refused",priority="0"} 1.0' in metrics
+    # by the forecast that refused it: the work ahead (two long jobs on the one slot)
+    assert 'lengthwise_slo_refusals_total{cause="ttft:queue",priority="0"} 1.0' in metrics
 
 
 @pytest.mark.asyncio
@@ -199,6 +201,6 @@ async def test_shadow_mode_serves_what_it_would_refuse_and_counts_how_it_went(
     served = await http.post("/v1/chat/completions", json=ASK, headers={TTFT_HEADER: "50"})
     assert served.status_code == 200, served.text
     metrics = (await http.get("/metrics")).text
-    assert ('lengthwise_slo_shadow_refusals_total{outcome="missed",priority="0"} 1.0'
-            in metrics), metrics
+    assert ('lengthwise_slo_shadow_refusals_total{cause="ttft:queue",outcome="missed",'
+            'priority="0"} 1.0' in metrics), metrics
     assert 'outcome="refused"' not in metrics

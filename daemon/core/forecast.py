@@ -190,15 +190,18 @@ class Forecaster:
         not), cannot meet its objective. A forecast refuses only once its error is learned
         (margin()): cold, it erred either way, and half the refusals made on it were wrong
         (48 refusals, 25 missed, in four shadow runs at 0.5x and 0.8x; learned, 198 of 210
-        missed). Under work-conserving admission the memory bound counts only with jobs
-        queued ahead (with none, 15 of 15 would-be refusals at 0.2x met their objective,
-        on the projected peak's forecast of then) and the slot forecast stands while its
-        own margin is cold. Figures: docs/results/2026-11-28-cold-forecasts.md and the
-        record before it."""
+        missed). Under work-conserving admission the memory bound refuses nothing: the
+        engine starts a job once its context fits now and makes room by preemption, so when
+        that happens hangs on single running jobs' ends. In shadow mode at 0.6-1.2x, 16 of
+        the 39 requests it would have refused missed their objective (41 %), and at 0.6x
+        its refusals were every refusal made and put attainment below vLLM's server's in 3
+        of 5 draws (docs/results/2026-11-29-refusal-causes.md). The slot forecast stands
+        there, with jobs queued ahead (with none, 15 of 15 would-be refusals at 0.2x met
+        their objective). Figures before: docs/results/2026-11-28-cold-forecasts.md."""
         early = wait.memory and any(lane.work_conserving for lane in self.lanes)
         if early and not queued:
             seconds, memory = 0.0, False
-        elif early and not self.learned(memory=True):
+        elif early:
             seconds, memory = wait.queue_s, False
         else:
             seconds, memory = wait.s, wait.memory

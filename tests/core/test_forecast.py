@@ -212,15 +212,16 @@ async def test_admission_refuses_only_what_misses_even_at_an_early_start() -> No
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.5))) is None
 
 
+@pytest.mark.parametrize("admission", ["work-conserving", "peak"])
 @pytest.mark.asyncio
-async def test_waits_bound_by_memory_learn_their_own_error() -> None:
-    """Under work-conserving admission a forecast bound by the KV fitting errs apart from
-    one of the work ahead (the memory bound waits for the projected peak, while the engine
-    starts jobs once their context fits now). It refuses only behind a queued job and once
-    its own error is learned (before, the slot forecast stands); starts sooner than such
-    forecasts lower only the memory margin, and only refusals bound by memory become
-    rarer."""
-    core = _core()
+async def test_waits_bound_by_memory_learn_their_own_error(admission: str) -> None:
+    """A forecast bound by the KV fitting errs apart from one of the work ahead, and learns
+    its own margin. Under peak admission it refuses once that error is learned (before,
+    the slot forecast stands); starts sooner than such forecasts lower only the memory
+    margin, and only refusals bound by memory become rarer. Under work-conserving admission
+    (the engine starts a job once its context fits now, and makes room by preemption) it
+    refuses nothing, learned or not: the slot forecast stands."""
+    core = _core(admission)
     forecast, lane, now = core.forecast, core.lanes[0], core.now()
     lane.set_capacity(Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8), None)
     for name, tokens in (("short", 50), ("long", 200)):  # 0.5 s and 2 s left, 4 blocks each
@@ -249,7 +250,11 @@ async def test_waits_bound_by_memory_learn_their_own_error() -> None:
 
     learn(1.0, MIN_ERRORS)  # the memory forecast was right
     assert forecast.margin(memory=True) == pytest.approx(1.0, abs=0.01)
-    assert forecast.refusal(late) is not None  # 2 s
+    if lane.work_conserving:
+        assert forecast.refusal(late) is None  # the slot forecast's margin is cold
+        return
+    refusal = forecast.refusal(late)  # 2 s
+    assert refusal is not None and refusal.cause == "ttft:memory"
     learn(0.2, MIN_ERRORS + 1)  # most starts 5x sooner than forecast
     assert forecast.margin(memory=True) == pytest.approx(0.2, abs=0.01)
     assert forecast.margin() == COLD_RATIO

@@ -193,9 +193,9 @@ class Forecaster:
         missed). Under work-conserving admission the memory bound refuses nothing: the
         engine starts a job once its context fits now and makes room by preemption, so when
         that happens hangs on single running jobs' ends. In shadow mode at 0.6-1.2x, 16 of
-        the 39 requests it would have refused missed their objective (41 %), and at 0.6x
-        its refusals were every refusal made and put attainment below vLLM's server's in 3
-        of 5 draws (docs/results/2026-11-29-refusal-causes.md). The slot forecast stands
+        the 39 requests it would have refused missed their objective (41 %); at 0.6x every
+        refusal was its, and each of the 3 draws of 7 in which it refused ended below vLLM's
+        server's attainment (docs/results/2026-11-29-refusal-causes.md). The slot forecast stands
         there, with jobs queued ahead (with none, 15 of 15 would-be refusals at 0.2x met
         their objective). Figures before: docs/results/2026-11-28-cold-forecasts.md."""
         early = wait.memory and any(lane.work_conserving for lane in self.lanes)

@@ -1,6 +1,6 @@
-"""`bench sweep`: engine speed at matched batch sizes, SLO capacity, the figures over
-repetitions, the tables and the plots (on synthetic runs), and one tiny sweep end to end on
-the simulated engine."""
+"""`bench sweep`: engine speed compared at matched batch sizes, SLO capacity, the figures
+over repetitions, the tables and the plots (on synthetic runs), and one tiny sweep end to
+end on the simulated engine. (How a run's step times are read: test_enginespeed.py.)"""
 
 from __future__ import annotations
 
@@ -10,14 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from bench.enginespeed import (
-    Bin,
-    DecodeSpeed,
-    decode_speed,
-    flagged,
-    from_step_lines,
-    speed_ratio,
-)
+from bench.enginespeed import Bin, DecodeSpeed, flagged, speed_ratio
 from bench.metrics import RequestResult, summarize
 from bench.sweep import SweepResults, load_results, summary_text
 from bench.sweep_plots import plot_sweep
@@ -32,34 +25,6 @@ from bench.sweepstats import (
     slo_capacity,
 )
 from bench.workload import WorkloadSpec
-
-
-def _saved(requests: list[tuple[float, float, list[float]]]) -> dict:
-    """What vLLM's client saves, for requests (start, ttft, inter-token gaps)."""
-    return {"start_times": [r[0] for r in requests], "ttfts": [r[1] for r in requests],
-            "itls": [r[2] for r in requests],
-            "latencies": [r[1] + sum(r[2]) for r in requests]}
-
-
-def test_steps_are_timed_per_batch_and_stalls_are_left_out() -> None:
-    alone = [(10.0 * k, 0.05, [0.01] * 30) for k in range(2)]  # one at a time
-    together = [(100.0, 0.05, [0.02] * 29 + [1.0]) for _ in range(4)]  # 4 at once, a stall
-    speed = decode_speed(_saved(alone + together))
-    assert speed is not None
-    bins = {b.batch: b for b in speed.bins}
-    assert set(bins) == {1, 4}
-    assert bins[1].step_s == pytest.approx(0.01) and bins[1].gaps == 60
-    assert bins[4].step_s == pytest.approx(0.02) and bins[4].gaps == 4 * 29  # stalls out
-    assert speed.gaps == 60 + 116 and speed.batch == 4.0
-    # the stalls left out are counted: 4 requests paused 1 s each
-    assert (speed.stalls, speed.stall_s, speed.longest_stall_s) == (4, pytest.approx(4.0), 1.0)
-    assert decode_speed(_saved([(0.0, 0.05, [])])) is None  # one-token answers: no steps
-
-
-def test_a_tokens_pair_read_at_once_still_counts_two_steps() -> None:
-    """A ~0 gap and a double one (two tokens in one read) average to the step time."""
-    speed = decode_speed(_saved([(0.0, 0.05, [0.01, 0.0, 0.02] * 20)]))
-    assert speed is not None and speed.step_s == pytest.approx(0.01)
 
 
 def _speed(steps: dict[int, tuple[float, int]]) -> DecodeSpeed:
@@ -82,34 +47,6 @@ def test_engine_speed_is_compared_at_matched_batch_sizes() -> None:
     # no bin shared with enough gaps: the overall step times, marked unmatched
     ratio, matched = speed_ratio(vllm, _speed({64: (0.06, 1000)}))
     assert not matched and ratio == pytest.approx(0.06 / 0.02)
-
-
-def test_the_engines_own_step_lines_are_timed_per_batch() -> None:
-    """vLLM's server's line and lengthwise's (its stat logger, daemon/executors) alike;
-    steps with a prompt in them, steps that recompute a preempted request's output (more
-    generation tokens than requests) and other lines are left out."""
-
-    def step(n: int, prompts: int, batch: int, ms: float, usage: str, tokens: int = 0) -> str:
-        return (f"Iteration({n}): {prompts} context requests, {prompts * 754} context tokens, "
-                f"{batch} generation requests, {tokens or batch} generation tokens, iteration "
-                f"elapsed time: {ms:.2f} ms, {usage}")
-
-    log = [
-        "(APIServer pid=21509) INFO 11-28 22:46:50 [loggers.py:199] Engine 000: "
-        + step(7, 0, 3, 2.0, "CPU KV cache usage: 22.2%"),
-        "2026-11-28 22:48:19,492 INFO daemon.executors.vllm_engine: executor cpu-0: "
-        + step(8, 0, 4, 4.0, "KV cache usage: 50.8%"),
-        "executor cpu-0: " + step(9, 1, 4, 30.0, "KV cache usage: 60.0%"),
-        "executor cpu-0: " + step(10, 0, 1, 1.5, "KV cache usage: 2.0%"),
-        "executor cpu-0: " + step(11, 0, 4, 25.0, "KV cache usage: 90.0%", tokens=420),
-        "INFO daemon.core.scheduler: something else, 12 generation requests",
-    ]
-    speed = from_step_lines(log)
-    assert speed is not None and speed.gaps == 3
-    assert {b.batch: (b.step_s, b.gaps) for b in speed.bins} == {
-        1: (pytest.approx(0.0015), 1), 4: (pytest.approx(0.003), 2)}  # 3 and 4 share a bin
-    assert speed.step_s == pytest.approx(0.0025) and speed.batch == 3.0
-    assert from_step_lines(log[2:3] + log[4:]) is None  # no decode-only step
 
 
 def test_pairs_compare_the_engines_own_steps_where_both_logged_them() -> None:

@@ -134,6 +134,10 @@ class KVLedger:
                            - self.blocks_for(context))
         return held, growth
 
+    def contexts(self) -> dict[str, int]:
+        """Each running job's context now (tokens), as the core last saw it."""
+        return dict(self._context)
+
     def __len__(self) -> int:
         return len(self._of)
 
@@ -278,3 +282,51 @@ def seconds_until_room(capacity: Capacity | None, ledger: KVLedger,
         else:
             lo = mid + 1
     return ends[hi - 1][0]
+
+
+def seconds_until_started(capacity: Capacity, ledger: KVLedger,
+                          ends: Sequence[tuple[float, str]], context_tokens: int,
+                          ahead: Sequence[tuple[int, float]] = (), step_s: float = 0.0,
+                          slots: float = math.inf) -> float:
+    """Seconds from now until work-conserving admission starts a job with `context_tokens`
+    of context behind the jobs `ahead` of it ((context, predicted seconds of service), in
+    the order they go), on one lane: the running jobs end at their predicted times (`ends`,
+    as seconds_until_room) and grow a token every `step_s`; at each end, the jobs at the
+    head of the line start while their contexts fit in the KV held now (fits_now) and
+    fewer than `slots` jobs run, and then hold their context and grow until their own
+    predicted ends. Queue and memory in one forecast: the jobs ahead take the room that
+    frees and give it back when they end, which neither a count of typical-footprint slots
+    nor the room alone sees. A lane left empty starts its next job whatever its size.
+    O((n + m) x n) for n running and m ahead; inf when a job at the head can start only
+    after an end never predicted."""
+    size, headroom = ledger.block_size, NOW_HEADROOM_TOKENS
+    contexts = ledger.contexts()
+    rate = 1.0 / step_s if step_s > 0 else 0.0  # tokens each running job grows a second
+    # Each running job's predicted end, and its context with its next tokens less its
+    # growth until now: at time t it holds ceil((base + t x rate) / size) blocks.
+    end = np.array([seconds for seconds, _ in ends], dtype=float)
+    base = np.array([contexts.get(job_id, 0) + headroom for _, job_id in ends], dtype=float)
+    line = [*ahead, (context_tokens, 0.0)]
+    now, started = 0.0, 0
+    while True:
+        held = int(np.ceil((base + now * rate) / size).sum())
+        running, ends_new, bases_new = len(end), [], []
+        while started < len(line) and running < slots:
+            context, service_s = line[started]
+            need = math.ceil((context + headroom) / size)
+            if running and held + need > capacity.kv_blocks:
+                break
+            if started == len(line) - 1:
+                return now
+            ends_new.append(now + service_s)
+            bases_new.append(context + headroom - now * rate)
+            held, running, started = held + need, running + 1, started + 1
+        if ends_new:
+            end, base = np.append(end, ends_new), np.append(base, bases_new)
+        if not running:
+            return math.inf  # no slot at all
+        now = float(end.min())
+        if not math.isfinite(now):
+            return math.inf
+        left = end > now
+        end, base = end[left], base[left]

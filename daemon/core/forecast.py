@@ -8,10 +8,13 @@ have missed), so admission refuses only a job that misses even if it starts as e
 relative to its forecast, as the `refuse_quantile` percentile ([slo] refuse_quantile, a
 benchmark knob; the median) of the last ERROR_WINDOW samples of the last ERROR_HORIZON_S,
 and nothing on a forecast with fewer than MIN_ERRORS such samples (cold, its error is
-unknown: half the refusals made on it at face value were wrong). The errors are learned
-apart for waits bound by the work ahead and waits bound by the KV fitting (under
-work-conserving admission, until the job's context finds room in the KV held now; under
-peak admission, until its projected peak fits), which err apart. Before, admission took the
+unknown: half the refusals made on it at face value were wrong). Where every lane admits
+by the KV held now (work-conserving memory admission), one forecast plays that admission
+forward: the jobs ahead start as their contexts find room and end at their predicted
+service (admission.seconds_until_started). Elsewhere the errors are learned apart for waits
+bound by the work ahead (slots of typical footprint) and waits bound by the KV fitting
+(until the job's context finds room, or under peak admission its projected peak fits),
+which err apart. Before, admission took the
 95th percentile (never below 1; 2 when cold) to keep its promises, and refused requests
 that would have met their objective: at 0.2x memory-bound, 10 of 10 that shadow mode marked
 met; at 0.5x 50 of 70 (docs/results/2026-11-28-refusal-precision-and-aging.md).
@@ -82,7 +85,7 @@ class Forecaster:
         self.enforce = True
         # Percentile of the start errors (real / forecast wait) admission refuses on
         # ([slo] refuse_quantile): a refused job misses even at a start this early.
-        self.refuse_quantile = 50.0
+        self.refuse_quantile = 10.0
         # accepted job id -> (loop time of its admission, its forecast wait (s), whether
         # the wait was the memory bound's)
         self._promised: dict[str, tuple[float, float, bool]] = {}
@@ -190,14 +193,14 @@ class Forecaster:
         not), cannot meet its objective. A forecast refuses only once its error is learned
         (margin()): cold, it erred either way, and half the refusals made on it were wrong
         (48 refusals, 25 missed, in four shadow runs at 0.5x and 0.8x; learned, 198 of 210
-        missed). Under work-conserving admission the memory bound refuses nothing: the
-        engine starts a job once its context fits now and makes room by preemption, so when
-        that happens hangs on single running jobs' ends. In shadow mode at 0.6-1.2x, 16 of
-        the 39 requests it would have refused missed their objective (41 %); at 0.6x every
-        refusal was its, and each of the 3 draws of 7 in which it refused ended below vLLM's
-        server's attainment (docs/results/2026-11-29-refusal-causes.md). The slot forecast stands
-        there, with jobs queued ahead (with none, 15 of 15 would-be refusals at 0.2x met
-        their objective). Figures before: docs/results/2026-11-28-cold-forecasts.md."""
+        missed). Under work-conserving admission a wait with nothing queued ahead (the
+        memory's alone) refuses nothing: the engine starts a job once its context fits now
+        and makes room by preemption, so when that happens hangs on single running jobs'
+        ends. In shadow mode at 0.6-1.2x, 16 of the 39 requests the memory bound would have
+        refused missed their objective (41 %); at 0.6x every refusal was its
+        (docs/results/2026-11-29-refusal-causes.md); with none ahead, 15 of 15 would-be
+        refusals at 0.2x met their objective. Figures before:
+        docs/results/2026-11-28-cold-forecasts.md."""
         early = wait.memory and any(lane.work_conserving for lane in self.lanes)
         if early and not queued:
             seconds, memory = 0.0, False
@@ -230,7 +233,38 @@ class Forecaster:
         tokens, context = self.estimates.footprint(job), job.num_context_tokens
         if not ahead and self._starts_now(tokens, context, self.lanes, job):
             return Wait(0.0, 0.0)
-        return Wait(self._start_in(ahead), self._fits_in(tokens, context, ahead))
+        return self._wait_on(self.lanes, ahead, tokens, context)
+
+    def _wait_on(self, lanes: Sequence[Lane], ahead: Sequence[Job], tokens: float,
+                 context: int) -> Wait:
+        """The wait of a job of footprint `tokens` (`context` held now) behind `ahead` on
+        `lanes`. Where every serving lane admits by the KV held now (work-conserving
+        memory admission, its engine's capacity known), one forecast of both (_started_in);
+        else the slot forecast and the memory bound apart."""
+        serving = [lane for lane in lanes if lane.down_reason is None]
+        if serving and all(lane.memory_bound and lane.work_conserving
+                           and lane.capacity is not None for lane in serving):
+            joint = self._started_in(serving, ahead, context)
+            return Wait(joint, 0.0) if ahead else Wait(0.0, joint)  # none ahead: memory's
+        return Wait(self._start_in(ahead, lanes), self._fits_in(tokens, context, ahead, lanes))
+
+    def _started_in(self, lanes: Sequence[Lane], ahead: Sequence[Job], context: int
+                    ) -> float:
+        """Seconds until work-conserving admission starts a job with `context` tokens
+        behind its share of the first MEMORY_AHEAD jobs `ahead` on some lane of `lanes`
+        (admission.seconds_until_started: the jobs ahead start as their contexts find room
+        in the KV held now, and end at their predicted service). Beyond MEMORY_AHEAD, jobs
+        count at the typical service, spread over the typical-footprint slots."""
+        policy, estimates = self.estimates.policy, self.estimates
+        first = [(other.num_context_tokens, self._service_s(other))
+                 for other in ahead[:MEMORY_AHEAD]]
+        step_s = self.decode_step_s()
+        start = min(admission.seconds_until_started(
+            lane.capacity, lane.kv, slo.running_ends(lane, policy, estimates.left_tokens),
+            context, first[k::len(lanes)], step_s, lane.max_running + lane.engine_spare)
+            for k, lane in enumerate(lanes) if lane.capacity is not None)
+        rest = max(len(ahead) - MEMORY_AHEAD, 0) * estimates.typical_service_s
+        return start + rest / max(sum(estimates.slots(lane) for lane in lanes), 1)
 
     def _starts_now(self, tokens: float, context: int, lanes: Sequence[Lane],
                     job: Job | None = None) -> bool:
@@ -346,9 +380,8 @@ class Forecaster:
         estimates = self.estimates
         prompt = round(estimates.typical.prompt_tokens)
         tokens = estimates.typical_footprint
-        memory = (0.0 if not share and self._starts_now(tokens, prompt, [lane])
-                  else self._fits_in(tokens, prompt, share, [lane]))
-        wait = max(self._start_in(share, [lane]), memory)
+        wait = (0.0 if not share and self._starts_now(tokens, prompt, [lane])
+                else self._wait_on([lane], share, tokens, prompt).s)
         return wait + estimates.policy.cost.prefill_s(prompt)
 
     def sheddable_for(self, job: Job, spared: set[str]) -> Job | None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from daemon.core.admission import KVLedger, seconds_until_fits, seconds_until_room
+from daemon.core.admission import (KVLedger, seconds_until_fits, seconds_until_room,
+                                   seconds_until_started)
 from daemon.core.events import Capacity
 
 
@@ -66,3 +67,29 @@ def test_room_now_comes_before_the_peak_fits_and_the_running_jobs_grow_meanwhile
     assert seconds_until_room(capacity, ledger, [(0.5, "a"), (math.inf, "b")], 500,
                               step_s=0.01) == math.inf  # an end never predicted
     assert seconds_until_fits(capacity, ledger, ends, 200, 30) == 2.0
+
+
+def test_the_jobs_ahead_take_the_room_that_frees_and_give_it_back_when_they_end() -> None:
+    """Queue and memory in one forecast (seconds_until_started): two running jobs of
+    20-token contexts (3 blocks each with their next tokens, 6 of 10) end in 0.5 s and 2 s;
+    a job ahead of 40 context tokens (4 blocks) starts now and ends in 0.3 s; a new job of
+    40 finds room when the first running job ends, once the other has grown 50 tokens (6
+    blocks + 4). Counting the job ahead as held from now on (seconds_until_room) waits for
+    the second end; so does a lane that runs at most two jobs."""
+    capacity = Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8)
+    ledger = KVLedger()
+    ledger.reserve("a", 100, context_tokens=20)
+    ledger.reserve("b", 300, context_tokens=20)
+    ends = [(0.5, "a"), (2.0, "b")]
+    assert seconds_until_started(capacity, ledger, ends, 40, [(40, 0.3)], step_s=0.01) == 0.5
+    assert seconds_until_room(capacity, ledger, ends, 40, [40], step_s=0.01) == 2.0
+    # at 0.3 s, without growth, the running jobs still hold 3 blocks each: 3 + 3 + 4 fit
+    assert seconds_until_started(capacity, ledger, ends, 40, [(40, 0.3)]) == 0.3
+    # two slots: the job ahead starts when "a" ends (0.5 s), and when it ends (0.8 s) "b"
+    # has grown 80 tokens (7 blocks): the new job waits for "b"
+    assert seconds_until_started(capacity, ledger, ends, 40, [(40, 0.3)], step_s=0.01,
+                                 slots=2) == 2.0
+    assert seconds_until_started(capacity, ledger, ends, 8, step_s=0.01) == 0.0  # fits now
+    assert seconds_until_started(capacity, KVLedger(), [], 5000) == 0.0  # an empty lane
+    assert seconds_until_started(capacity, ledger, [(0.5, "a"), (math.inf, "b")], 500,
+                                 step_s=0.01) == math.inf  # behind an end never predicted

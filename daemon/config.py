@@ -145,7 +145,7 @@ class SloConfig(_Section, frozen=True):
     # Admission refuses a request whose first token misses its objective even if it starts
     # as early, against its forecast, as this percentile of recent starts did
     # (daemon/core/forecast.py): lower refuses only surer misses.
-    refuse_quantile: Annotated[float, msgspec.Meta(gt=0, lt=100), BENCH_KNOB] = 10.0
+    refuse_quantile: Annotated[float, msgspec.Meta(gt=0, lt=100), BENCH_KNOB] = 50.0
 
 
 class PredictorConfig(_Section, frozen=True):

@@ -85,7 +85,7 @@ class Forecaster:
         self.enforce = True
         # Percentile of the start errors (real / forecast wait) admission refuses on
         # ([slo] refuse_quantile): a refused job misses even at a start this early.
-        self.refuse_quantile = 10.0
+        self.refuse_quantile = 50.0
         # accepted job id -> (loop time of its admission, its forecast wait (s), whether
         # the wait was the memory bound's)
         self._promised: dict[str, tuple[float, float, bool]] = {}

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import math
 
-from daemon.core.admission import (KVLedger, seconds_until_fits, seconds_until_room,
-                                   seconds_until_started)
+from daemon.core.admission import (
+    KVLedger,
+    seconds_until_fits,
+    seconds_until_room,
+    seconds_until_started,
+)
 from daemon.core.events import Capacity
 
 

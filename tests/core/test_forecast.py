@@ -244,7 +244,7 @@ async def test_waits_bound_by_memory_learn_their_own_error(admission: str) -> No
     core.waiting.push(ahead)
     late = wide("late", 1.0)
     assert forecast.wait_s(late) == pytest.approx(2.0, abs=0.05)  # both running jobs end
-    assert forecast.refusal(late) is None  # cold: the slot forecast (no wait) stands
+    assert forecast.refusal(late) is None  # cold: its error unknown, nothing refused
 
     def learn(ratio: float, count: int) -> None:
         for k in range(count):  # forecast 2 s (memory), started after 2 s x ratio

@@ -90,7 +90,7 @@ def test_the_jobs_ahead_take_the_room_that_frees_and_give_it_back_when_they_end(
     # at 0.3 s, without growth, the running jobs still hold 3 blocks each: 3 + 3 + 4 fit
     assert seconds_until_started(capacity, ledger, ends, 40, [(40, 0.3)]) == 0.3
     # two slots: the job ahead starts when "a" ends (0.5 s), and when it ends (0.8 s) "b"
-    # has grown 80 tokens (7 blocks): the new job waits for "b"
+    # has grown 80 tokens (8 blocks): the new job waits for "b"
     assert seconds_until_started(capacity, ledger, ends, 40, [(40, 0.3)], step_s=0.01,
                                  slots=2) == 2.0
     assert seconds_until_started(capacity, ledger, ends, 8, step_s=0.01) == 0.0  # fits now

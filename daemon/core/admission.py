@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -134,9 +134,10 @@ class KVLedger:
                            - self.blocks_for(context))
         return held, growth
 
-    def contexts(self) -> dict[str, int]:
-        """Each running job's context now (tokens), as the core last saw it."""
-        return dict(self._context)
+    def contexts(self) -> Mapping[str, int]:
+        """Each running job's context now (tokens), as the core last saw it (read-only: the
+        ledger's own, not a copy)."""
+        return self._context
 
     def __len__(self) -> int:
         return len(self._of)

@@ -66,9 +66,9 @@ def sample(out: Path, interval_s: float = 0.5) -> None:
 class WorkerReport(NamedTuple):
     pid: int
     busy_s: float
-    cores: str  # the cores it ran on
-    runs: float  # cores it used while busy
-    waits: float  # seconds runnable, not running, per second
+    cores: str  # the cores its threads ran on
+    runs: float  # cores it used while busy (all its threads)
+    waits: float  # seconds its threads were runnable, not running, per second
     others: list[tuple[str, float]]  # (thread name, cores) of the rest, largest first
 
 
@@ -85,14 +85,17 @@ def report(samples: list[dict[str, Any]], top: int = 6) -> list[WorkerReport]:
         old = {(t[0], t[1]): Thread(*t) for t in before["threads"]}
         deltas = [(t, t.run_ns - old[t.pid, t.tid].run_ns, t.wait_ns - old[t.pid, t.tid].wait_ns)
                   for t in map(Thread._make, after["threads"]) if (t.pid, t.tid) in old]
-        workers = [d for d in deltas if d[0].name.startswith("VLLM::Worker")
-                   and d[0].pid == d[0].tid and d[1] / 1e9 / seconds >= BUSY_CORES]
-        for worker, ran, waited in workers:
+        for worker in (t for t, _, _ in deltas
+                       if t.name.startswith("VLLM::Worker") and t.pid == t.tid):
             pid = worker.pid
+            mine = [(t, ran, waited) for t, ran, waited in deltas if t.pid == pid]
+            ran_s = sum(ran for _, ran, _ in mine) / 1e9  # all its threads (OpenMP's)
+            if ran_s / seconds < BUSY_CORES:
+                continue
             busy[pid] += seconds
-            run[pid] += ran / 1e9
-            wait[pid] += waited / 1e9
-            cores[pid].add(worker.core)
+            run[pid] += ran_s
+            wait[pid] += sum(waited for _, _, waited in mine) / 1e9
+            cores[pid].update(t.core for t, ran, _ in mine if ran > 0)
             for thread, other_ran, _ in deltas:
                 if thread.pid != pid:
                     label = ("EngineCore" if thread.pid == worker.ppid else thread.name)
@@ -115,7 +118,10 @@ def main(argv: list[str] | None = None) -> None:
         sample(args.path, args.interval)
         return
     samples = [json.loads(line) for line in args.path.open()]
-    for row in report(samples):
+    rows = report(samples)
+    if not rows:
+        print(f"no engine worker (VLLM::Worker) was busy in the {len(samples)} samples")
+    for row in rows:
         print(f"worker {row.pid}: busy {row.busy_s:.0f} s on core {row.cores}: runs "
               f"{row.runs:.2f} cores, waits runnable {row.waits:.3f} s/s; others: "
               + ", ".join(f"{name} {cores:.2f}" for name, cores in row.others))

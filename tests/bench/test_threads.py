@@ -29,6 +29,8 @@ def _sample(t: float, worker_run_s: float, worker_wait_s: float, engine_run_s: f
     return {"t": t, "threads": [
         Thread(100, 100, 99, "VLLM::Worker", 0, worker_core, int(worker_run_s * ns),
                int(worker_wait_s * ns)),
+        # a second OpenMP thread of the worker, on the next core
+        Thread(100, 101, 99, "VLLM::Worker", 0, worker_core + 1, int(worker_run_s / 2 * ns), 0),
         Thread(99, 99, 1, "VLLM::EngineCor", 0, 1, int(engine_run_s * ns), 0),
         Thread(99, 98, 1, "ZMQbg/IO/0", 0, 1, int(engine_run_s * ns / 10), 0),
         Thread(50, 50, 1, "python", 0, 1, int(client_run_s * ns), 0)]}
@@ -40,8 +42,8 @@ def test_report_counts_the_busy_seconds_of_each_worker() -> None:
                _sample(2.0, 1.8, 0.18, 1.2, 0.3),  # busy
                _sample(3.0, 1.81, 0.18, 1.2, 0.3)]  # idle: not counted
     (row,) = report(samples)
-    assert row.pid == 100 and row.busy_s == 2.0 and row.cores == "0"
-    assert abs(row.runs - 0.9) < 1e-9 and abs(row.waits - 0.09) < 1e-9
+    assert row.pid == 100 and row.busy_s == 2.0 and row.cores == "0,1"
+    assert abs(row.runs - 1.35) < 1e-9 and abs(row.waits - 0.09) < 1e-9  # both threads
     others = dict(row.others)
     assert abs(others["EngineCore"] - 0.66) < 1e-9  # both of its threads
     assert abs(others["python"] - 0.15) < 1e-9

@@ -180,6 +180,15 @@ class DaemonProcess:
         self._log.close()
         return self.proc.returncode
 
+    def wait_log(self, text: str, timeout_s: float = 30.0) -> None:
+        """Return once the daemon has logged `text` (a line can follow the moment /health
+        answers 200: "ready" is logged after start-up's last garbage collection)."""
+        deadline = time.monotonic() + timeout_s
+        while text not in self.log():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{text!r} not logged after {timeout_s} s:\n{self.log()}")
+            time.sleep(0.1)
+
     def log(self) -> str:
         if not self._log.closed:
             self._log.flush()

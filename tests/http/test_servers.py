@@ -71,8 +71,12 @@ class Served:
         config.write_text(text.replace("[server]\n", f"[server]\nmax_connections = {CAP}\n"
                                        f"backlog = {BACKLOG}\ngraceful_timeout_s = {GRACE_S}\n"))
         daemon = DaemonProcess(config, self._folder / f"daemon-{k}.log")
-        daemon.wait_ready()
-        assert f"({self.http}, policy" in daemon.log()
+        try:
+            daemon.wait_ready()
+            daemon.wait_log(f"({self.http}, policy")
+        except BaseException:
+            daemon.stop()  # no process left running into the next test
+            raise
         return daemon
 
     def close(self) -> None:

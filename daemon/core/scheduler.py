@@ -53,11 +53,13 @@ class Scheduler:
     def __init__(self, lanes: Sequence[Lane], policy: Policy, config: SchedulerConfig,
                  inbox: asyncio.Queue[Event], *, predictor: LengthPredictor | None = None,
                  remaining: RemainingPredictor | None = None,
-                 ended: asyncio.Queue[Job] | None = None) -> None:
+                 ended: asyncio.Queue[Job] | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         """lanes: one per executor; inbox: the queue every event comes in by; predictor:
         first predictions (None: jobs get none); remaining: re-predicts running jobs'
         remaining length at policy checkpoints (None: off); ended: every job that ended is
-        put there once (metrics, predictor feedback), if given."""
+        put there once (metrics, predictor feedback), if given; clock: what now() reads
+        (the running loop's time unless a test stops it)."""
         self.lanes = list(lanes)
         self.policy = policy
         self.config = config
@@ -83,7 +85,7 @@ class Scheduler:
         self._dirty = False  # something changed since the last decision round
         self._idle = asyncio.Event()
         self._idle.set()
-        self._loop = asyncio.get_running_loop()
+        self._clock = clock or asyncio.get_running_loop().time
         self._policy_wakeup: float | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             Tokens: self._on_tokens, Stopped: self._on_stopped, Started: self._on_started,
@@ -92,7 +94,7 @@ class Scheduler:
             **dict.fromkeys((EngineDown, EngineUp, Capacity, EngineFailed), self._on_engine)}
 
     def now(self) -> float:
-        return self._loop.time()
+        return self._clock()
 
     @property
     def num_running(self) -> int:

@@ -26,9 +26,13 @@ COST = CostModel(prefill_base_s=0.0, prefill_per_token_s=0.0, decode_base_s=0.01
 
 
 def _core(admission: str = "work-conserving") -> Scheduler:
+    """A core whose clock stands still: a forecast counts the time since a job's arrival,
+    and a loaded machine can take tens of ms between two lines of a test."""
     inbox: asyncio.Queue[Event] = asyncio.Queue()
+    frozen = asyncio.get_running_loop().time()
     core = Scheduler([Lane("e0", asyncio.Queue(), 1)], FCFS(cost=COST),  # type: ignore[arg-type]
-                     SchedulerConfig(max_running=1, admission=admission), inbox)  # type: ignore[arg-type]
+                     SchedulerConfig(max_running=1, admission=admission), inbox,  # type: ignore[arg-type]
+                     clock=lambda: frozen)
     core.accepting = True
     return core
 

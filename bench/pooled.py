@@ -1,0 +1,100 @@
+"""One system against the baseline over the pairs of several sweeps: two or three pairs of
+one sweep decide nothing on a machine whose speed moves by the hour (single pairs of the
+same code ran 0.61-1.43x), the pool of every sweep of the same code does.
+
+    python -m bench.pooled --system lengthwise:ssjf OUT1 OUT2 OUT3@lengthwise:ssjf+x=y ...
+
+Each OUT is a `bench sweep` --out folder (its sweep.json); `OUT@SYSTEM` takes that sweep's
+SYSTEM instead of --system (the same code under another name, e.g. a knob set to its
+default). Per load: each figure's paired ratio to the baseline, geometric mean over the
+pairs (min-max; in how many pairs the system was worse), the pairs whose engine speeds
+differ by more than 10 % counted in, and the engine step ratio's geometric mean."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from bench import sweepstats as stats
+from bench.sweep import load_results
+from bench.sweepstats import SweepRun
+
+_NAMES = {"mean_ttft": "mean TTFT", "p99_ttft": "p99 TTFT", "mean_tpot": "mean TPOT",
+          "mean_jct": "mean JCT", "p99_jct": "p99 JCT"}
+
+
+def parse_source(text: str, system: str) -> tuple[Path, str]:
+    """`OUT` or `OUT@SYSTEM`: the folder and the system to take from it."""
+    out, _, named = text.partition("@")
+    return Path(out), named or system
+
+
+def pooled_runs(sources: Sequence[tuple[Path, str]], baseline: str,
+                label: str) -> list[SweepRun]:
+    """The baseline's runs and each source's system's (renamed `label`), their repetitions
+    renumbered so that no two sweeps' pairs meet."""
+    runs: list[SweepRun] = []
+    offset = 0
+    for out, system in sources:
+        results = load_results(out / "sweep.json")
+        if system not in results.systems or baseline not in results.systems:
+            raise SystemExit(f"{out}: has {', '.join(results.systems)}; "
+                             f"not {system!r} and {baseline!r}")
+        for run in results.runs:
+            if run.system in (baseline, system):
+                runs.append(msgspec.structs.replace(
+                    run, repeat=run.repeat + offset,
+                    system=baseline if run.system == baseline else label))
+        offset += results.repeats
+    return runs
+
+
+def table(runs: Sequence[SweepRun], baseline: str, unflagged: bool = False) -> str:
+    """Per load: pairs (flagged), each figure's geometric mean (min-max; pairs worse), the
+    engine step's geometric mean; with `unflagged`, over the pairs whose engine speeds
+    were within 10 % only."""
+    by_load: dict[float, list[tuple[SweepRun, SweepRun]]] = {}
+    for run, ref in stats.paired(runs, baseline):
+        if not (unflagged and stats.flagged(stats.step_ratio(run, ref))):
+            by_load.setdefault(run.load, []).append((run, ref))
+    lines = ["| load | pairs (flagged) | " + " | ".join(_NAMES.values()) + " | engine step |",
+             "|---" * (len(_NAMES) + 3) + "|"]
+    for load, rows in sorted(by_load.items()):
+        steps = [s for run, ref in rows if (s := stats.step_ratio(run, ref)) > 0]
+        flagged = sum(1 for s in steps if stats.flagged(s))
+        cells = []
+        for figure in _NAMES:
+            ratios = [r for run, ref in rows if (r := stats.figure_ratio(run, ref, figure)) > 0]
+            cells.append("–" if not ratios else
+                         f"{stats.geomean(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}; "
+                         f"{sum(r > 1 for r in ratios)})")
+        step = f"{stats.geomean(steps):.2f}x" if steps else "–"
+        lines.append(f"| {load:g}x | {len(rows)} ({flagged}) | " + " | ".join(cells)
+                     + f" | {step} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.pooled", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("outs", nargs="+", metavar="OUT[@SYSTEM]")
+    parser.add_argument("--system", required=True, help="the system to take from each OUT")
+    parser.add_argument("--baseline", default="vllm")
+    parser.add_argument("--unflagged", action="store_true",
+                        help="leave out the pairs whose engine speeds differ by more than 10 %%")
+    args = parser.parse_args(argv)
+    sources = [parse_source(text, args.system) for text in args.outs]
+    runs = pooled_runs(sources, args.baseline, args.system)
+    pairs = sum(1 for _ in stats.paired(runs, args.baseline))
+    if not pairs:
+        raise SystemExit("no pairs: the sweeps ran no load and repetition of both systems")
+    print(f"{args.system} against {args.baseline}, {pairs} pairs from {len(sources)} "
+          f"sweeps: paired ratios, geometric mean (min-max; pairs worse)\n")
+    print(table(runs, args.baseline, args.unflagged))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""`python -m bench.pooled`: one system's pairs against the baseline pooled over several
+sweeps (synthetic sweep.json files): repetitions renumbered apart, another name taken
+with OUT@SYSTEM, pairs worse counted, flagged pairs left out on request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from bench.enginespeed import Bin, DecodeSpeed
+from bench.metrics import RequestResult, summarize
+from bench.pooled import main, pooled_runs, table
+from bench.sweep import SweepResults
+from bench.sweepstats import SweepRun
+from bench.workload import WorkloadSpec
+
+
+def _run(system: str, repeat: int, jct: float, step: float = 0.01) -> SweepRun:
+    reqs = [RequestResult(index=i, arrival_s=float(i), prompt_tokens=5, output_tokens=10,
+                          ok=True, ttft_s=jct / 4, jct_s=jct) for i in range(4)]
+    speed = DecodeSpeed(step_s=step, batch=4.0, gaps=400, bins=[Bin(4, step, 400)])
+    return SweepRun(system=system, load=1.0, rate=2.0, repeat=repeat, position=0,
+                    summary=summarize(reqs), p99_tpot=None, attainment=None, refused=0.0,
+                    engine_preemptions=0.0, policy_preemptions=0.0, speed=speed, wall_s=1.0)
+
+
+def _sweep(folder: Path, systems: list[str], runs: list[SweepRun], repeats: int) -> str:
+    folder.mkdir()
+    results = SweepResults(
+        model="tiny", systems=systems, loads=[1.0], repeats=repeats, capacity_rps=2.0,
+        capacity_how="given", workload=WorkloadSpec(num=4), sample="held-out",
+        slo_ttft=None, slo_tpot=None, slo=None, max_num_seqs=4, kv_blocks=0,
+        max_running="auto", runs=runs)
+    (folder / "sweep.json").write_bytes(msgspec.json.encode(results))
+    return str(folder)
+
+
+def test_pairs_of_several_sweeps_pool_apart(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    one = _sweep(tmp_path / "one", ["vllm", "lw"], [
+        _run("vllm", 0, 2.0), _run("lw", 0, 1.0), _run("vllm", 1, 2.0), _run("lw", 1, 3.0)], 2)
+    # the same code under another name; its engine stepped 1.2x vLLM's (flagged)
+    two = _sweep(tmp_path / "two", ["vllm", "lw+k=v", "lw"], [
+        _run("vllm", 0, 2.0), _run("lw+k=v", 0, 2.0, step=0.012), _run("lw", 0, 9.0)], 1)
+    runs = pooled_runs([(Path(one), "lw"), (Path(two), "lw+k=v")], "vllm", "lw")
+    assert sorted((r.system, r.repeat) for r in runs) == [
+        ("lw", 0), ("lw", 1), ("lw", 2), ("vllm", 0), ("vllm", 1), ("vllm", 2)]
+    # mean JCT 0.5x, 1.5x, 1.0x: geometric mean 0.91x, worse in one pair
+    assert "| 1x | 3 (1) | " in table(runs, "vllm")
+    assert "| 0.91x (0.50-1.50; 1) |" in table(runs, "vllm")
+    assert "| 1x | 2 (0) | " in table(runs, "vllm", unflagged=True)
+    assert "| 0.87x (0.50-1.50; 1) |" in table(runs, "vllm", unflagged=True)
+
+    main(["--system", "lw", one, f"{two}@lw+k=v"])
+    assert "lw against vllm, 3 pairs from 2 sweeps" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="not 'lw\\+x'"):
+        main(["--system", "lw+x", one])

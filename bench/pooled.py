@@ -8,7 +8,8 @@ Each OUT is a `bench sweep` --out folder (its sweep.json); `OUT@SYSTEM` takes th
 SYSTEM instead of --system (the same code under another name, e.g. a knob set to its
 default). Per load: each figure's paired ratio to the baseline, geometric mean over the
 pairs (min-max; in how many pairs the system was worse), the pairs whose engine speeds
-differ by more than 10 % counted in, and the engine step ratio's geometric mean."""
+differ by more than 10 % counted in, and the engine step ratio's geometric mean; then each
+figure per load band at equal engine speed (bench sweep's own fit, over all the pairs)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import msgspec
 
 from bench import sweepstats as stats
 from bench.sweep import load_results
+from bench.sweep_report import adjusted_table
 from bench.sweepstats import SweepRun
 
 _NAMES = {"mean_ttft": "mean TTFT", "p99_ttft": "p99 TTFT", "mean_tpot": "mean TPOT",
@@ -94,6 +96,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"{args.system} against {args.baseline}, {pairs} pairs from {len(sources)} "
           f"sweeps: paired ratios, geometric mean (min-max; pairs worse)\n")
     print(table(runs, args.baseline, args.unflagged))
+    print("At equal engine speed (log ratio fitted on log step ratio, per load band, "
+          "+-2 standard errors):\n")
+    print(adjusted_table(stats.at_equal_speed(runs, args.baseline), args.baseline))
 
 
 if __name__ == "__main__":

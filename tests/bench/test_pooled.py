@@ -40,20 +40,23 @@ def _sweep(folder: Path, systems: list[str], runs: list[SweepRun], repeats: int)
 def test_pairs_of_several_sweeps_pool_apart(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     one = _sweep(tmp_path / "one", ["vllm", "lw"], [
-        _run("vllm", 0, 2.0), _run("lw", 0, 1.0), _run("vllm", 1, 2.0), _run("lw", 1, 3.0)], 2)
+        _run("vllm", 0, 2.0), _run("lw", 0, 1.0), _run("vllm", 1, 2.0), _run("lw", 1, 3.0),
+        _run("vllm", 2, 2.0), _run("lw", 2, 2.0, step=0.0105)], 3)
     # the same code under another name; its engine stepped 1.2x vLLM's (flagged)
     two = _sweep(tmp_path / "two", ["vllm", "lw+k=v", "lw"], [
         _run("vllm", 0, 2.0), _run("lw+k=v", 0, 2.0, step=0.012), _run("lw", 0, 9.0)], 1)
     runs = pooled_runs([(Path(one), "lw"), (Path(two), "lw+k=v")], "vllm", "lw")
-    assert sorted((r.system, r.repeat) for r in runs) == [
-        ("lw", 0), ("lw", 1), ("lw", 2), ("vllm", 0), ("vllm", 1), ("vllm", 2)]
-    # mean JCT 0.5x, 1.5x, 1.0x: geometric mean 0.91x, worse in one pair
-    assert "| 1x | 3 (1) | " in table(runs, "vllm")
-    assert "| 0.91x (0.50-1.50; 1) |" in table(runs, "vllm")
-    assert "| 1x | 2 (0) | " in table(runs, "vllm", unflagged=True)
-    assert "| 0.87x (0.50-1.50; 1) |" in table(runs, "vllm", unflagged=True)
+    assert sorted((r.system, r.repeat) for r in runs) == (
+        [("lw", k) for k in range(4)] + [("vllm", k) for k in range(4)])
+    # mean JCT 0.5x, 1.5x, 1.0x and (flagged) 1.0x: geometric mean 0.93x, worse in one pair
+    assert "| 1x | 4 (1) | " in table(runs, "vllm")
+    assert "| 0.93x (0.50-1.50; 1) |" in table(runs, "vllm")
+    assert "| 1x | 3 (0) | " in table(runs, "vllm", unflagged=True)
+    assert "| 0.91x (0.50-1.50; 1) |" in table(runs, "vllm", unflagged=True)
 
     main(["--system", "lw", one, f"{two}@lw+k=v"])
-    assert "lw against vllm, 3 pairs from 2 sweeps" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "lw against vllm, 4 pairs from 2 sweeps" in out
+    assert "| lw | 0.8-1.2x | mean_jct | 4 | 0.93x |" in out  # and at equal engine speed
     with pytest.raises(SystemExit, match="not 'lw\\+x'"):
         main(["--system", "lw+x", one])

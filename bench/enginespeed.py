@@ -115,6 +115,16 @@ _STEP_LINE = re.compile(r"Iteration\(\d+\): (\d+) context requests, \d+ context 
                         r"elapsed time: ([\d.]+) ms")
 
 
+Step = tuple[int, int, int, float]  # context requests, generation requests, tokens, seconds
+
+
+def _step(line: str) -> Step | None:
+    found = _STEP_LINE.search(line)
+    if found is None:
+        return None
+    return int(found[1]), int(found[2]), int(found[3]), float(found[4]) / 1000
+
+
 def from_step_lines(lines: Iterable[str]) -> DecodeSpeed | None:
     """The engine's own step times by batch, from its step lines in a server's log
     (`--step-log`): decode-only steps (no prompt in them, and one token per request: vLLM
@@ -124,20 +134,63 @@ def from_step_lines(lines: Iterable[str]) -> DecodeSpeed | None:
     None when no decode-only step was logged. The time is the engine core's wait for its
     model's output (the worker's step and the hand-back): no client or front end in the
     measure, though sharing the CPU they can still slow it."""
-    batches, times = [], []
-    for line in lines:
-        found = _STEP_LINE.search(line)
-        if found is not None and found[1] == "0" and 0 < int(found[2]) == int(found[3]):
-            batches.append(int(found[2]))
-            times.append(float(found[4]) / 1000)
-    if not batches:
+    return _speed([step for line in lines if (step := _step(line)) is not None])
+
+
+def _speed(steps: Iterable[Step]) -> DecodeSpeed | None:
+    decoding = [(requests, seconds) for context, requests, tokens, seconds in steps
+                if context == 0 and 0 < requests == tokens]
+    if not decoding:
         return None
-    batch, step = np.asarray(batches), np.asarray(times)
+    batch, step = (np.asarray(values) for values in zip(*decoding, strict=True))
     index = np.ceil(np.log2(batch)).astype(int)
     bins = [Bin(batch=int(2 ** i), step_s=float(step[index == i].mean()),
                 gaps=int((index == i).sum())) for i in np.unique(index)]
     return DecodeSpeed(step_s=float(step.mean()), batch=float(np.median(batch)),
                        gaps=len(step), bins=bins)
+
+
+_CLOCK = re.compile(r"\b(\d\d):(\d\d):(\d\d)\b")  # both logs' time of day, to the second
+RUN_GAP_S = 3.0  # idle seconds between two steps that end one run's segment of a log
+
+
+class Window(msgspec.Struct, frozen=True, kw_only=True):
+    """The engine's steps over `window_s` of a run, from its step lines."""
+
+    start_s: float  # from the segment's first step
+    steps: int
+    busy: float  # the share of the window spent in steps (their elapsed times summed)
+    tokens_per_s: float  # generation tokens
+    bins: list[Bin]  # decode-only steps by batch, as from_step_lines
+
+
+def step_windows(lines: Iterable[str], window_s: float = 5.0) -> list[list[Window]]:
+    """Each run's engine steps in windows of `window_s` (the log's time of day, to the
+    second): how the step time at one batch size moves within a run, which a whole run's
+    ratio averages away. A log holds the runs of one server start: RUN_GAP_S without a
+    step starts a new segment (a run, or a warm-up)."""
+    segments: list[list[tuple[int, Step]]] = []
+    last = None
+    for line in lines:
+        step, clock = _step(line), _CLOCK.search(line)
+        if step is None or clock is None:
+            continue
+        t = int(clock[1]) * 3600 + int(clock[2]) * 60 + int(clock[3])
+        if last is None or not 0 <= t - last <= RUN_GAP_S:
+            segments.append([])
+        last = t
+        segments[-1].append((t, step))
+    out = []
+    for timed in segments:
+        windows: dict[int, list[Step]] = {}
+        for t, step in timed:
+            windows.setdefault(int((t - timed[0][0]) // window_s), []).append(step)
+        out.append([Window(start_s=k * window_s, steps=len(group),
+                           busy=sum(step[3] for step in group) / window_s,
+                           tokens_per_s=sum(step[2] for step in group) / window_s,
+                           bins=speed.bins if (speed := _speed(group)) else [])
+                    for k, group in sorted(windows.items())])
+    return out
 
 
 def from_result_file(path: Path) -> DecodeSpeed | None:
@@ -169,18 +222,29 @@ def flagged(ratio: float, limit: float = FLAG_RATIO) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench.enginespeed RESULT.json...`: each saved run's step time, its stalls."""
+    """`python -m bench.enginespeed RESULT.json...`: each saved run's step time, its stalls;
+    `--windows SECONDS LOG...`: each run's engine steps per window, from a server's log."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m bench.enginespeed",
                                      description="Step time and stalls of runs vLLM's client "
                                      "saved (--save-detailed), such as a sweep's "
-                                     "OUT/vllm-client/*.result.json.")
-    parser.add_argument("results", nargs="+", type=Path)
+                                     "OUT/vllm-client/*.result.json; or, with --windows, the "
+                                     "engine's own steps per window of a run, from a server's "
+                                     "log with step lines (a sweep's OUT/SYSTEM-REPEAT.log "
+                                     "with --step-log).")
+    parser.add_argument("paths", nargs="+", type=Path, metavar="FILE")
+    parser.add_argument("--windows", type=float, metavar="SECONDS",
+                        help="read FILEs as server logs: steps per window of SECONDS")
     args = parser.parse_args(argv)
+    if args.windows:
+        for path in args.paths:
+            with path.open(errors="replace") as lines:
+                _print_windows(path.name, step_windows(lines, args.windows))
+        return 0
     print("| run | step (ms) | batch | gaps | stalls | stalled (s) | longest (s) |")
     print("|---|---|---|---|---|---|---|")
-    for path in args.results:
+    for path in args.paths:
         speed = from_result_file(path)
         if speed is None:
             print(f"| {path.name} | – | – | 0 | – | – | – |")
@@ -188,6 +252,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {path.name} | {speed.step_s * 1000:.2f} | {speed.batch:g} | {speed.gaps} | "
               f"{speed.stalls} | {speed.stall_s:.1f} | {speed.longest_stall_s:.2f} |")
     return 0
+
+
+def _print_windows(name: str, segments: list[list[Window]]) -> None:
+    for k, windows in enumerate(segments):
+        sizes = sorted({b.batch for window in windows for b in window.bins})
+        print(f"\n{name}, segment {k + 1} of {len(segments)}: decode step (ms) by batch "
+              f"(steps)\n")
+        print("| from (s) | steps | busy | tokens/s | "
+              + " | ".join(f"batch <= {size}" for size in sizes) + " |")
+        print("|---" * (len(sizes) + 4) + "|")
+        for window in windows:
+            by = {b.batch: b for b in window.bins}
+            cells = [f"{by[size].step_s * 1000:.1f} ({by[size].gaps})" if size in by else "–"
+                     for size in sizes]
+            print(f"| {window.start_s:g} | {window.steps} | {window.busy:.0%} | "
+                  f"{window.tokens_per_s:.0f} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,11 @@ inter-token gaps per batch size, stalls left out, and from the engines' own step
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from bench.enginespeed import decode_speed, from_step_lines
+from bench.enginespeed import decode_speed, from_step_lines, main, step_windows
 
 
 def _saved(requests: list[tuple[float, float, list[float]]]) -> dict:
@@ -62,3 +64,33 @@ def test_the_engines_own_step_lines_are_timed_per_batch() -> None:
         1: (pytest.approx(0.0015), 1), 4: (pytest.approx(0.003), 2)}  # 3 and 4 share a bin
     assert speed.step_s == pytest.approx(0.0025) and speed.batch == 3.0
     assert from_step_lines(log[2:3] + log[4:]) is None  # no decode-only step
+
+
+def test_a_runs_steps_per_window_show_the_step_time_moving_within_it(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`--windows`: each run of a server's log (steps with no gap over RUN_GAP_S between
+    them) in windows of its time of day: a batch's step time that doubles in the middle of
+    a run shows in its window, not in the run's mean."""
+
+    def line(clock: str, batch: int, ms: float) -> str:
+        return (f"(APIServer pid=1) INFO 11-29 {clock} [loggers.py:199] Engine 000: "
+                f"Iteration(1): 0 context requests, 0 context tokens, {batch} generation "
+                f"requests, {batch} generation tokens, iteration elapsed time: {ms} ms, "
+                f"CPU KV cache usage: 100.0%")
+
+    log = ([line("12:00:00", 10, 3.0)] * 50 + [line("12:00:03", 10, 3.0)] * 50
+           + [line("12:00:05", 10, 6.0)] * 25 + [line("12:00:08", 10, 6.0)] * 25
+           + [line("12:00:14", 2, 2.0)] * 10  # 6 s without a step: the next run
+           + ["INFO 11-29 12:00:15 something else", line("12:00:15", 12, 3.0)])
+    first, second = step_windows(log, window_s=5.0)
+    assert [(w.start_s, w.steps) for w in first] == [(0.0, 100), (5.0, 50)]
+    assert first[0].busy == pytest.approx(0.06) and first[1].busy == pytest.approx(0.06)
+    assert first[0].tokens_per_s == pytest.approx(200.0)
+    assert [(b.batch, b.step_s) for b in first[1].bins] == [(16, pytest.approx(0.006))]
+    assert [(w.start_s, w.steps) for w in second] == [(0.0, 11)]
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(log))
+    assert main(["--windows", "5", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "server.log, segment 1 of 2" in out
+    assert "| 5 | 50 | 6% | 100 | 6.0 (50) |" in out

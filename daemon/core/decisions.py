@@ -72,18 +72,23 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
              footprint: Callable[[Job], float], left: slo.Left) -> Iterator[tuple[Job, Lane]]:
     """EASY backfilling (Lifka 1995, as Slurm's backfill scheduler): `head`, the next job
     in order, fits on no lane yet. Jobs behind it, in order, start now on a lane where their
-    KV fits and their predicted service ends before the head's KV would fit there (when the
-    running jobs' predicted ends free enough): they use memory that would idle until then,
-    and, as far as the predictions hold, do not delay the head. Without this, one large job
-    at the head of the queue (often one promoted by aging) holds every smaller one back
-    while the running set drains, and batches shrink exactly when the queue is longest."""
+    KV fits and their predicted service ends before the head would start there (when the
+    running jobs' predicted ends free enough: room for its context under admission "now",
+    Lane.backfill_by_room; else its projected peak): they use memory that would idle until
+    then, and, as far as the predictions hold, do not delay the head. Without this, one
+    large job at the head of the queue (often one promoted by aging) holds every smaller
+    one back while the running set drains, and batches shrink exactly when the queue is
+    longest."""
     context = head.num_context_tokens
     until = {}
     for lane in lanes.values():
         if lane.memory_bound and lane.free_slots > 0:
             ends = slo.running_ends(lane, policy, left)
-            until[lane.name] = admission.seconds_until_fits(lane.capacity, lane.kv, ends,
-                                                            footprint(head), context)
+            until[lane.name] = (
+                admission.seconds_until_room(lane.capacity, lane.kv, ends, context)
+                if lane.backfill_by_room else
+                admission.seconds_until_fits(lane.capacity, lane.kv, ends, footprint(head),
+                                             context))
     if not until:
         return
     for job in ctx.waiting.best(ctx.now, BACKFILL_CANDIDATES):

@@ -76,6 +76,9 @@ class Lane:
     # ... counting the KV held now from the engine's report where it can (held_now_blocks;
     # scheduler.engine_kv).
     engine_kv: bool = False
+    # Backfill passes a blocked head only with jobs that end before its context finds room
+    # now (scheduler.admission "now"), not before its projected peak fits.
+    backfill_by_room: bool = False
     # The engine's last report with a step's output: its blocks in use (None: none yet) and
     # the requests queued inside it; and the jobs handed to it whose first output of this
     # dispatch has not come back yet (not in the report's blocks).

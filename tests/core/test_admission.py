@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -154,6 +155,31 @@ async def test_the_head_job_that_does_not_fit_waits_and_longer_jobs_do_not_overt
     assert [j.job_id for j in c.core.waiting] == ["big", "long"]
     c.finish("a")
     assert c.turn() == ["big"]  # 16 blocks; long's 7 no longer fit
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("peak", [False, True])
+async def test_under_admission_now_backfill_ends_before_the_heads_room_frees(peak: bool
+                                                                              ) -> None:
+    """Admission "now" starts the blocked head once its context finds room in the KV held
+    now: backfill passes it only with jobs that end before then, not before its projected
+    peak would fit (much later: scheduler.backfill_peak, the rule before)."""
+    assert not SchedulerConfig().backfill_peak
+    c = Core(admission="now")
+    c.core.config = msgspec.structs.replace(c.core.config, backfill_peak=peak)
+    c.core.estimates.adopt(c.core.policy, c.core.config)
+    c.capacity(blocks=20)
+    # r1 holds 10 blocks now and ends in 10 steps; r2 holds 8 and ends in 100
+    c.submit(job("r1", prompt=130, predicted=10.0, upper=10.0),
+             job("r2", prompt=100, predicted=100.0, upper=100.0))
+    assert c.turn() == ["r1", "r2"]
+    # head: 4 blocks now (room once r1 ends), its peak fits only once r2 has ended too;
+    # small: 30 steps, fits beside both at the peak
+    c.submit(job("head", prompt=40, predicted=300.0, upper=300.0),
+             job("small", prompt=4, predicted=30.0, upper=30.0))
+    assert c.turn() == (["small"] if peak else [])
+    c.finish("r1")
+    assert c.turn() == (["head"] if peak else ["head", "small"])
 
 
 @pytest.mark.asyncio

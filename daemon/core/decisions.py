@@ -73,12 +73,12 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
     """EASY backfilling (Lifka 1995, as Slurm's backfill scheduler): `head`, the next job
     in order, fits on no lane yet. Jobs behind it, in order, start now on a lane where their
     KV fits and their predicted service ends before the head would start there (when the
-    running jobs' predicted ends free enough: room for its context under admission "now",
-    Lane.backfill_by_room; else its projected peak): they use memory that would idle until
-    then, and, as far as the predictions hold, do not delay the head. Without this, one
-    large job at the head of the queue (often one promoted by aging) holds every smaller
-    one back while the running set drains, and batches shrink exactly when the queue is
-    longest."""
+    running jobs' predicted ends free enough for its projected peak; with
+    Lane.backfill_by_room, for its context in the KV held now): they use memory that would
+    idle until then, and, as far as the predictions hold, do not delay the head. Without
+    this, one large job at the head of the queue (often one promoted by aging) holds every
+    smaller one back while the running set drains, and batches shrink exactly when the
+    queue is longest."""
     context = head.num_context_tokens
     until = {}
     for lane in lanes.values():

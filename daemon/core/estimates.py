@@ -55,7 +55,7 @@ class Estimates:
             lane.work_conserving = config.admission != "peak"
             lane.prices_overcommit = config.admission == "work-conserving"
             lane.engine_kv = config.engine_kv
-            lane.backfill_by_room = config.admission == "now" and not config.backfill_peak
+            lane.backfill_by_room = config.admission == "now" and config.backfill_room
         if policy.cost is not self.policy.cost or policy is self.policy:
             self.prior = policy.cost
             for lane in self.lanes:

@@ -77,7 +77,7 @@ class Lane:
     # scheduler.engine_kv).
     engine_kv: bool = False
     # Backfill passes a blocked head only with jobs that end before its context finds room
-    # now (scheduler.admission "now"), not before its projected peak fits.
+    # now, not before its projected peak fits (scheduler.backfill_room, under "now").
     backfill_by_room: bool = False
     # The engine's last report with a step's output: its blocks in use (None: none yet) and
     # the requests queued inside it; and the jobs handed to it whose first output of this

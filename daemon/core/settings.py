@@ -120,12 +120,13 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # they fit if they are predicted to end before it could start (core/decisions.py,
     # backfill); off: every job behind it waits, as in vLLM's own scheduler.
     backfill: Annotated[bool, BENCH_KNOB] = True
-    # Backfill's estimate of when the blocked head starts, under admission "now": when its
-    # context finds room in the KV held now (admission.seconds_until_room), which is when
-    # that admission starts it. True: when its projected peak fits, later (the rule before
-    # 2026-11-29: jobs that ended before the peak fit took the room the head would have
-    # started in). Other admissions always wait for the peak.
-    backfill_peak: Annotated[bool, BENCH_KNOB] = False
+    # Backfill's estimate of when the blocked head starts: when its projected peak fits.
+    # True, under admission "now": when its context finds room in the KV held now
+    # (admission.seconds_until_room), which is when that admission starts it, sooner, so
+    # fewer jobs pass it. Tried 2026-11-29: at 1.0x better in 3 of 3 draws (mean JCT 0.72x
+    # vLLM's server's against 0.98x), at 0.8x worse with more engine preemptions (docs/
+    # results/2026-11-29-engine-queue-past-full-kv.md): off until measured further.
+    backfill_room: Annotated[bool, BENCH_KNOB] = False
     # Memory admission: "now" starts a job whenever its context fits in the KV held now,
     # as vLLM's own scheduler does (the engine preempts if the cache runs out later);
     # "work-conserving" holds it where waiting for the projected peak to fit looks cheaper

@@ -158,15 +158,16 @@ async def test_the_head_job_that_does_not_fit_waits_and_longer_jobs_do_not_overt
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("peak", [False, True])
-async def test_under_admission_now_backfill_ends_before_the_heads_room_frees(peak: bool
-                                                                              ) -> None:
-    """Admission "now" starts the blocked head once its context finds room in the KV held
-    now: backfill passes it only with jobs that end before then, not before its projected
-    peak would fit (much later: scheduler.backfill_peak, the rule before)."""
-    assert not SchedulerConfig().backfill_peak
+@pytest.mark.parametrize("room", [False, True])
+async def test_under_admission_now_backfill_may_end_before_the_heads_room_frees(room: bool
+                                                                                 ) -> None:
+    """Backfill passes a blocked head with jobs that end before its projected peak would
+    fit; with scheduler.backfill_room (off by default), under admission "now", only with
+    jobs that end before its context finds room in the KV held now, which is when that
+    admission starts it (sooner)."""
+    assert not SchedulerConfig().backfill_room
     c = Core(admission="now")
-    c.core.config = msgspec.structs.replace(c.core.config, backfill_peak=peak)
+    c.core.config = msgspec.structs.replace(c.core.config, backfill_room=room)
     c.core.estimates.adopt(c.core.policy, c.core.config)
     c.capacity(blocks=20)
     # r1 holds 10 blocks now and ends in 10 steps; r2 holds 8 and ends in 100
@@ -177,9 +178,9 @@ async def test_under_admission_now_backfill_ends_before_the_heads_room_frees(pea
     # small: 30 steps, fits beside both at the peak
     c.submit(job("head", prompt=40, predicted=300.0, upper=300.0),
              job("small", prompt=4, predicted=30.0, upper=30.0))
-    assert c.turn() == (["small"] if peak else [])
+    assert c.turn() == ([] if room else ["small"])
     c.finish("r1")
-    assert c.turn() == (["head"] if peak else ["head", "small"])
+    assert c.turn() == (["head", "small"] if room else ["head"])
 
 
 @pytest.mark.asyncio

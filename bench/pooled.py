@@ -58,15 +58,19 @@ def table(runs: Sequence[SweepRun], baseline: str, unflagged: bool = False) -> s
     """Per load: pairs (flagged), each figure's geometric mean (min-max; pairs worse), the
     engine step's geometric mean; with `unflagged`, over the pairs whose engine speeds
     were within 10 % only."""
+    # flagged as the sweep's own pair-by-pair table flags them (stats.pairs): a pair with
+    # no step times is not flagged
+    flags = {(p.load, p.repeat, p.system): p for p in stats.pairs(runs, baseline)}
     by_load: dict[float, list[tuple[SweepRun, SweepRun]]] = {}
     for run, ref in stats.paired(runs, baseline):
-        if not (unflagged and stats.flagged(stats.step_ratio(run, ref))):
+        if not (unflagged and flags[(run.load, run.repeat, run.system)].flagged):
             by_load.setdefault(run.load, []).append((run, ref))
     lines = ["| load | pairs (flagged) | " + " | ".join(_NAMES.values()) + " | engine step |",
              "|---" * (len(_NAMES) + 3) + "|"]
     for load, rows in sorted(by_load.items()):
-        steps = [s for run, ref in rows if (s := stats.step_ratio(run, ref)) > 0]
-        flagged = sum(1 for s in steps if stats.flagged(s))
+        pairs = [flags[(run.load, run.repeat, run.system)] for run, _ in rows]
+        steps = [p.step_ratio for p in pairs if p.step_ratio]
+        flagged = sum(p.flagged for p in pairs)
         cells = []
         for figure in _NAMES:
             ratios = [r for run, ref in rows if (r := stats.figure_ratio(run, ref, figure)) > 0]

@@ -49,11 +49,13 @@ def assignments(ctx: DispatchContext, policy: Policy, lookahead: bool
 
 
 def launches(ctx: DispatchContext, policy: Policy, lookahead: bool, lanes: Mapping[str, Lane],
-             footprint: Callable[[Job], float], left: slo.Left, backfills: bool = True
-             ) -> Iterator[tuple[Job, Lane]]:
+             footprint: Callable[[Job], float], left: slo.Left, backfills: bool = True,
+             past_promoted: str = "any") -> Iterator[tuple[Job, Lane]]:
     """The assignments, each on a lane where its KV `footprint` fits (lane_that_fits), until
     one fits nowhere yet (it waits; jobs behind it that end before it could start go first,
-    with `backfills`) or the policy proposes an invalid one (logged)."""
+    with `backfills`; past a head aging promoted, the jobs `past_promoted` names:
+    SchedulerConfig.backfill_past_promoted) or the policy proposes an invalid one
+    (logged)."""
     for job, view in assignments(ctx, policy, lookahead):
         lane = lanes.get(view.name)
         if lane is None or lane.free_slots <= 0 or job not in ctx.waiting:
@@ -62,14 +64,16 @@ def launches(ctx: DispatchContext, policy: Policy, lookahead: bool, lanes: Mappi
             return
         lane = lane_that_fits(job, lane, footprint(job), list(lanes.values()), policy, left)
         if lane is None:
-            if backfills:
-                yield from backfill(ctx, policy, job, lanes, footprint, left)
+            if backfills and not (job.promoted and past_promoted == "none"):
+                yield from backfill(ctx, policy, job, lanes, footprint, left,
+                                    job.promoted and past_promoted == "promoted")
             return
         yield job, lane
 
 
 def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str, Lane],
-             footprint: Callable[[Job], float], left: slo.Left) -> Iterator[tuple[Job, Lane]]:
+             footprint: Callable[[Job], float], left: slo.Left, only_promoted: bool = False
+             ) -> Iterator[tuple[Job, Lane]]:
     """EASY backfilling (Lifka 1995, as Slurm's backfill scheduler): `head`, the next job
     in order, fits on no lane yet. Jobs behind it, in order, start now on a lane where their
     KV fits and their predicted service ends before the head would start there (when the
@@ -78,7 +82,7 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
     idle until then, and, as far as the predictions hold, do not delay the head. Without
     this, one large job at the head of the queue (often one promoted by aging) holds every
     smaller one back while the running set drains, and batches shrink exactly when the
-    queue is longest."""
+    queue is longest. With `only_promoted`, only jobs aging promoted too may go first."""
     context = head.num_context_tokens
     until = {}
     for lane in lanes.values():
@@ -91,7 +95,8 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
                                              context))
     if not until:
         return
-    for job in ctx.waiting.best(ctx.now, BACKFILL_CANDIDATES):
+    take = ctx.waiting.promoted if only_promoted else ctx.waiting.best
+    for job in take(ctx.now, BACKFILL_CANDIDATES):
         if job is head:
             continue
         service, tokens = policy.service_s(job), footprint(job)

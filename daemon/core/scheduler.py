@@ -319,7 +319,8 @@ class Scheduler:
         started: list[tuple[int, float]] = []  # (class, wait start) of each launch
         for job, lane in decisions.launches(ctx, self.policy, self.config.aging.lookahead,
                                             self._by_name, self.estimates.footprint,
-                                            self.estimates.left_tokens, self.config.backfill):
+                                            self.estimates.left_tokens, self.config.backfill,
+                                            self.config.backfill_past_promoted):
             self.waiting.remove(job)
             started.append((job.priority, self.waiting.wait_started(job)))
             self._launch(job, lane)

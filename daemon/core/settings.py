@@ -120,6 +120,10 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # they fit if they are predicted to end before it could start (core/decisions.py,
     # backfill); off: every job behind it waits, as in vLLM's own scheduler.
     backfill: Annotated[bool, BENCH_KNOB] = True
+    # Which jobs backfill may start past a head that aging promoted: "any" (as past any
+    # head), "promoted" (only jobs promoted too: a young job does not pass an aged one) or
+    # "none" (it waits for room, as every head does in vLLM's own scheduler).
+    backfill_past_promoted: Annotated[Literal["any", "promoted", "none"], BENCH_KNOB] = "any"
     # Backfill's estimate of when the blocked head starts: when its projected peak fits.
     # True, under admission "now": when its context finds room in the KV held now
     # (admission.seconds_until_room), which is when that admission starts it, sooner, so

@@ -4,6 +4,7 @@ engine's spare job yields its place."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from daemon.core.events import Launch, Stop, Stopped, Tokens
@@ -88,3 +89,28 @@ async def test_a_promoted_job_replaces_only_a_running_job_whose_leaving_lets_it_
         assert commands(c) == []  # a is on its way out
         c.inbox.put_nowait(Stopped("e0", "a", None))  # preempted: back to waiting
         assert commands(c) == ["launch big"]
+
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("past_promoted", "first"), [
+    ("any", ["launch old", "launch mid"]), ("promoted", ["launch old"]), ("none", [])])
+async def test_backfill_past_a_head_aging_promoted(past_promoted: str, first: list[str]
+                                                   ) -> None:
+    """big, promoted, does not fit beside a. Backfill may start jobs that end before big
+    could start in the memory big cannot use yet: by default any (old, promoted too, and
+    mid, young); with scheduler.backfill_past_promoted = "promoted" only old; with "none"
+    neither. big starts once a has ended."""
+    c = Core()
+    c.core.config = msgspec.structs.replace(c.core.config, backfill_past_promoted=past_promoted)
+    c.capacity(blocks=20)
+    big = job("big", prompt=100, predicted=10.0, upper=150.0)  # 16 blocks
+    old = job("old", prompt=4, predicted=30.0, upper=30.0)  # 3 blocks; ends before a
+    mid = job("mid", prompt=4, predicted=30.0, upper=30.0)
+    big.overtake_budget = old.overtake_budget = 0  # promoted: their budgets are spent
+    c.submit(job("a", upper=100.0))  # 9 blocks
+    assert commands(c) == ["launch a"]
+    c.submit(big, old, mid)
+    assert commands(c) == first
+    c.finish("a")
+    assert "launch big" in commands(c)

@@ -64,15 +64,15 @@ def launches(ctx: DispatchContext, policy: Policy, lookahead: bool, lanes: Mappi
             return
         lane = lane_that_fits(job, lane, footprint(job), list(lanes.values()), policy, left)
         if lane is None:
-            if backfills and not (job.promoted and past_promoted == "none"):
+            if backfills:
                 yield from backfill(ctx, policy, job, lanes, footprint, left,
-                                    job.promoted and past_promoted == "promoted")
+                                    past_promoted if job.promoted else "any")
             return
         yield job, lane
 
 
 def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str, Lane],
-             footprint: Callable[[Job], float], left: slo.Left, only_promoted: bool = False
+             footprint: Callable[[Job], float], left: slo.Left, past: str = "any"
              ) -> Iterator[tuple[Job, Lane]]:
     """EASY backfilling (Lifka 1995, as Slurm's backfill scheduler): `head`, the next job
     in order, fits on no lane yet. Jobs behind it, in order, start now on a lane where their
@@ -82,7 +82,9 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
     idle until then, and, as far as the predictions hold, do not delay the head. Without
     this, one large job at the head of the queue (often one promoted by aging) holds every
     smaller one back while the running set drains, and batches shrink exactly when the
-    queue is longest. With `only_promoted`, only jobs aging promoted too may go first."""
+    queue is longest. `past` (SchedulerConfig.backfill_past_promoted, for a head aging
+    promoted): "promoted", only jobs aging promoted too go first; "none", none on the lane
+    where the head would start first (on the others, as before)."""
     context = head.num_context_tokens
     until = {}
     for lane in lanes.values():
@@ -93,9 +95,11 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
                 if lane.backfill_by_room else
                 admission.seconds_until_fits(lane.capacity, lane.kv, ends, footprint(head),
                                              context))
+    if past == "none" and until:
+        del until[min(until, key=until.__getitem__)]
     if not until:
         return
-    take = ctx.waiting.promoted if only_promoted else ctx.waiting.best
+    take = ctx.waiting.promoted if past == "promoted" else ctx.waiting.best
     for job in take(ctx.now, BACKFILL_CANDIDATES):
         if job is head:
             continue

@@ -67,8 +67,11 @@ async def test_a_promoted_job_replaces_only_a_running_job_whose_leaving_lets_it_
     yet. Stopping mid (more work left than big) would not let big start: the next round's
     backfill would start mid again, and this rule stop it again, round after round with no
     time passing (the simulator livelocked on it). Stopping a, if it may be, does (with
-    aging's preemption on: off, the default, big waits for room in any case)."""
+    aging's preemption on: off, the default, big waits for room in any case). Backfill
+    past a promoted head is on here (backfill_past_promoted = "any"; by default mid would
+    wait behind big)."""
     c = Core(aging_preempt=True)
+    c.core.config = msgspec.structs.replace(c.core.config, backfill_past_promoted="any")
     c.capacity(blocks=20)
     a = job("a", upper=100.0)  # 32 + 100 tokens: 9 blocks; 60 tokens of work
     big = job("big", prompt=100, predicted=10.0, upper=150.0)  # 16 blocks, little work
@@ -114,3 +117,22 @@ async def test_backfill_past_a_head_aging_promoted(past_promoted: str, first: li
     assert commands(c) == first
     c.finish("a")
     assert "launch big" in commands(c)
+
+
+@pytest.mark.asyncio
+async def test_no_backfill_past_a_promoted_head_only_on_the_lane_it_would_start_on_first(
+        ) -> None:
+    """Two lanes: big, promoted, fits on neither; a (on e0) ends before b (on e1), so big
+    would start on e0 first. With backfill_past_promoted = "none", mid does not start on e0
+    past big, and still starts on e1, where big would start later."""
+    c = Core(lanes=2)
+    c.core.config = msgspec.structs.replace(c.core.config, backfill_past_promoted="none")
+    c.capacity(blocks=20, lane=0)
+    c.capacity(blocks=20, lane=1)
+    c.submit(job("a", predicted=40.0, upper=100.0), job("b", predicted=90.0, upper=100.0))
+    assert sorted(c.turn(0) + c.turn(1)) == ["a", "b"]
+    lane_of_a = 0 if "a" in [j.job_id for j in c.core.lanes[0].running.values()] else 1
+    big = job("big", prompt=100, predicted=10.0, upper=150.0)  # 16 blocks: fits beside none
+    big.overtake_budget = 0  # promoted
+    c.submit(big, job("mid", prompt=4, predicted=20.0, upper=30.0))
+    assert c.turn(lane_of_a) == [] and c.turn(1 - lane_of_a) == ["mid"]

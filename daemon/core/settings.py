@@ -120,15 +120,16 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # they fit if they are predicted to end before it could start (core/decisions.py,
     # backfill); off: every job behind it waits, as in vLLM's own scheduler.
     backfill: Annotated[bool, BENCH_KNOB] = True
-    # Which jobs backfill may start past a head that aging promoted: "none" on the lane
-    # where it would start first (there it waits for room, as every head does in vLLM's
-    # own scheduler; other lanes backfill as before), "promoted" (only jobs promoted too: a
-    # young job does not pass an aged one) or "any" (as past any head; the rule before).
-    # "none" against "any" over 21 pairs at 0.6-1.5x, best effort: at 0.8-1.0x p99 TTFT
-    # 0.92x against 0.99x vLLM's server's at equal engine speed, p99 JCT 0.95x against
-    # 0.99x; at 1.5x mean JCT 0.88x against 0.85x (docs/results/
-    # 2026-11-29-backfill-past-promoted.md).
-    backfill_past_promoted: Annotated[Literal["any", "promoted", "none"], BENCH_KNOB] = "none"
+    # Which jobs backfill may start past a head that aging promoted: "any" (as past any
+    # head), "promoted" (only jobs promoted too: a young job does not pass an aged one) or
+    # "none" on the lane where it would start first (there it waits for room, as every
+    # head does in vLLM's own scheduler; other lanes backfill as before). "none" against
+    # "any", best effort: at 0.8-1.0x p99 TTFT 0.92x against 0.99x vLLM's server's at
+    # equal engine speed (13 pairs), p99 JCT 0.95x against 0.99x; at 1.5x mean JCT 0.88x
+    # against 0.85x; at 0.6x p99 TTFT worse (in one draw at equal engine speed 1.96 s
+    # against 0.54 s): a lane held behind a big promoted head in a light-load burst
+    # (docs/results/2026-11-29-backfill-past-promoted.md). Off until a rule keeps both.
+    backfill_past_promoted: Annotated[Literal["any", "promoted", "none"], BENCH_KNOB] = "any"
     # Backfill's estimate of when the blocked head starts: when its projected peak fits.
     # True, under admission "now": when its context finds room in the KV held now
     # (admission.seconds_until_room), which is when that admission starts it, sooner, so

@@ -67,11 +67,8 @@ async def test_a_promoted_job_replaces_only_a_running_job_whose_leaving_lets_it_
     yet. Stopping mid (more work left than big) would not let big start: the next round's
     backfill would start mid again, and this rule stop it again, round after round with no
     time passing (the simulator livelocked on it). Stopping a, if it may be, does (with
-    aging's preemption on: off, the default, big waits for room in any case). Backfill
-    past a promoted head is on here (backfill_past_promoted = "any"; by default mid would
-    wait behind big)."""
+    aging's preemption on: off, the default, big waits for room in any case)."""
     c = Core(aging_preempt=True)
-    c.core.config = msgspec.structs.replace(c.core.config, backfill_past_promoted="any")
     c.capacity(blocks=20)
     a = job("a", upper=100.0)  # 32 + 100 tokens: 9 blocks; 60 tokens of work
     big = job("big", prompt=100, predicted=10.0, upper=150.0)  # 16 blocks, little work

@@ -19,6 +19,7 @@ from daemon.core.events import Launch
 from daemon.core.job import Job, JobStatus, StopRequest
 from daemon.core.lanes import Lane
 from daemon.core.policy import DispatchContext, ExecutorView, Policy
+from daemon.core.settings import PastPromoted
 from daemon.core.stream import OutputStream
 from daemon.core.waitqueue import WaitQueue
 
@@ -50,7 +51,7 @@ def assignments(ctx: DispatchContext, policy: Policy, lookahead: bool
 
 def launches(ctx: DispatchContext, policy: Policy, lookahead: bool, lanes: Mapping[str, Lane],
              footprint: Callable[[Job], float], left: slo.Left, backfills: bool = True,
-             past_promoted: str = "any") -> Iterator[tuple[Job, Lane]]:
+             past_promoted: PastPromoted = "any") -> Iterator[tuple[Job, Lane]]:
     """The assignments, each on a lane where its KV `footprint` fits (lane_that_fits), until
     one fits nowhere yet (it waits; jobs behind it that end before it could start go first,
     with `backfills`; past a head aging promoted, the jobs `past_promoted` names:
@@ -72,8 +73,8 @@ def launches(ctx: DispatchContext, policy: Policy, lookahead: bool, lanes: Mappi
 
 
 def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str, Lane],
-             footprint: Callable[[Job], float], left: slo.Left, past: str = "any"
-             ) -> Iterator[tuple[Job, Lane]]:
+             footprint: Callable[[Job], float], left: slo.Left,
+             past: PastPromoted = "any") -> Iterator[tuple[Job, Lane]]:
     """EASY backfilling (Lifka 1995, as Slurm's backfill scheduler): `head`, the next job
     in order, fits on no lane yet. Jobs behind it, in order, start now on a lane where their
     KV fits and their predicted service ends before the head would start there (when the

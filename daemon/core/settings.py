@@ -19,6 +19,8 @@ import msgspec
 BENCH_KNOB = msgspec.Meta(extra={"bench_knob": True})
 
 _NonNegative = msgspec.Meta(ge=0)
+# Which jobs backfill may start past a head aging promoted (SchedulerConfig's key).
+PastPromoted = Literal["any", "promoted", "none"]
 
 
 class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -129,7 +131,7 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # against 0.85x; at 0.6x p99 TTFT worse (in one draw at equal engine speed 1.96 s
     # against 0.54 s): a lane held behind a big promoted head in a light-load burst
     # (docs/results/2026-11-29-backfill-past-promoted.md). Off until a rule keeps both.
-    backfill_past_promoted: Annotated[Literal["any", "promoted", "none"], BENCH_KNOB] = "any"
+    backfill_past_promoted: Annotated[PastPromoted, BENCH_KNOB] = "any"
     # Backfill's estimate of when the blocked head starts: when its projected peak fits.
     # True, under admission "now": when its context finds room in the KV held now
     # (admission.seconds_until_room), which is when that admission starts it, sooner, so

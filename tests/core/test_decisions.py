@@ -91,7 +91,6 @@ async def test_a_promoted_job_replaces_only_a_running_job_whose_leaving_lets_it_
         assert commands(c) == ["launch big"]
 
 
-
 @pytest.mark.asyncio
 @pytest.mark.parametrize(("past_promoted", "first"), [
     ("any", ["launch old", "launch mid"]), ("promoted", ["launch old"]), ("none", [])])

@@ -85,7 +85,9 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
     smaller one back while the running set drains, and batches shrink exactly when the
     queue is longest. `past` (SchedulerConfig.backfill_past_promoted, for a head aging
     promoted): "promoted", only jobs aging promoted too go first; "none", none on the lane
-    where the head would start first (on the others, as before)."""
+    where the head would start first (on the others, as before); "upper", only jobs whose
+    service at their upper estimate (the footprint's answer length) ends before it, as
+    conservative backfilling guards against runtimes that were underestimated."""
     context = head.num_context_tokens
     until = {}
     for lane in lanes.values():
@@ -104,8 +106,10 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
     for job in take(ctx.now, BACKFILL_CANDIDATES):
         if job is head:
             continue
-        service, tokens = policy.service_s(job), footprint(job)
-        job_context = job.num_context_tokens
+        tokens, job_context = footprint(job), job.num_context_tokens
+        service = (policy.cost.wall_s(job_context, job_context, tokens - job_context,
+                                      policy.batch_hint)
+                   if past == "upper" else policy.service_s(job))
         for name, head_starts in until.items():
             lane = lanes[name]
             if service <= head_starts and lane.free_slots > 0 and lane.fits(tokens, job_context):

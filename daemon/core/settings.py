@@ -20,7 +20,7 @@ BENCH_KNOB = msgspec.Meta(extra={"bench_knob": True})
 
 _NonNegative = msgspec.Meta(ge=0)
 # Which jobs backfill may start past a head aging promoted (SchedulerConfig's key).
-PastPromoted = Literal["any", "promoted", "none"]
+PastPromoted = Literal["any", "promoted", "none", "upper"]
 
 
 class AgingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -123,7 +123,8 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # backfill); off: every job behind it waits, as in vLLM's own scheduler.
     backfill: Annotated[bool, BENCH_KNOB] = True
     # Which jobs backfill may start past a head that aging promoted: "any" (as past any
-    # head), "promoted" (only jobs promoted too: a young job does not pass an aged one) or
+    # head), "promoted" (only jobs promoted too: a young job does not pass an aged one),
+    # "upper" (only jobs that end before it even at their upper length estimate) or
     # "none" on the lane where it would start first (there it waits for room, as every
     # head does in vLLM's own scheduler; other lanes backfill as before). "none" against
     # "any", best effort: at 0.8-1.0x p99 TTFT 0.92x against 0.99x vLLM's server's at

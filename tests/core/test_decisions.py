@@ -132,3 +132,27 @@ async def test_no_backfill_past_a_promoted_head_only_on_the_lane_it_would_start_
     big.overtake_budget = 0  # promoted
     c.submit(big, job("mid", prompt=4, predicted=20.0, upper=30.0))
     assert c.turn(lane_of_a) == [] and c.turn(1 - lane_of_a) == ["mid"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("past_promoted", "first"), [
+    ("any", ["launch sure", "launch unsure"]), ("upper", ["launch sure"])])
+async def test_backfill_past_a_promoted_head_at_the_upper_estimate(past_promoted: str,
+                                                                   first: list[str]) -> None:
+    """big, promoted, does not fit beside a (predicted to end after 60 tokens). sure and
+    unsure are both predicted to end after 30 tokens, before big could start; unsure's
+    upper estimate is 150 tokens, past it. With backfill_past_promoted = "upper" only sure
+    goes first: unsure would delay big if its answer ran long."""
+    c = Core()
+    c.core.config = msgspec.structs.replace(c.core.config, backfill_past_promoted=past_promoted)
+    c.capacity(blocks=22)  # big fits beside sure, not beside unsure too
+    big = job("big", prompt=100, predicted=10.0, upper=150.0)  # 16 blocks
+    big.overtake_budget = 0  # promoted
+    c.submit(job("a", upper=100.0))  # 9 blocks
+    assert commands(c) == ["launch a"]
+    c.submit(big, job("sure", prompt=4, predicted=30.0, upper=30.0),  # 3 blocks
+             job("unsure", prompt=4, predicted=30.0, upper=150.0))  # 10 blocks
+    assert commands(c) == first
+    for started in ["a", *(launch.split()[1] for launch in first)]:
+        c.finish(started)
+    assert "launch big" in commands(c)

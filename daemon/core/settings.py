@@ -131,7 +131,9 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # equal engine speed (13 pairs), p99 JCT 0.95x against 0.99x; at 1.5x mean JCT 0.88x
     # against 0.85x; at 0.6x p99 TTFT worse (in one draw at equal engine speed 1.96 s
     # against 0.54 s): a lane held behind a big promoted head in a light-load burst
-    # (docs/results/2026-11-29-backfill-past-promoted.md). Off until a rule keeps both.
+    # (docs/results/2026-11-29-backfill-past-promoted.md). "upper" (conservative
+    # backfilling): at 1.5x mean JCT 0.89x vLLM's against 0.68x, worse at 0.8x too
+    # (docs/results/2026-11-29-upper-backfill-and-4-slots.md). Off.
     backfill_past_promoted: Annotated[PastPromoted, BENCH_KNOB] = "any"
     # Backfill's estimate of when the blocked head starts: when its projected peak fits.
     # True, under admission "now": when its context finds room in the KV held now

@@ -107,9 +107,7 @@ def backfill(ctx: DispatchContext, policy: Policy, head: Job, lanes: Mapping[str
         if job is head:
             continue
         tokens, job_context = footprint(job), job.num_context_tokens
-        service = (policy.cost.wall_s(job_context, job_context, tokens - job_context,
-                                      policy.batch_hint)
-                   if past == "upper" else policy.service_s(job))
+        service = policy.service_s(job, tokens - job_context if past == "upper" else None)
         for name, head_starts in until.items():
             lane = lanes[name]
             if service <= head_starts and lane.free_slots > 0 and lane.fits(tokens, job_context):

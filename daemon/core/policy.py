@@ -105,13 +105,14 @@ class Policy:
         """Output tokens the job is expected to still generate, as this policy sees it."""
         return job.predicted_remaining(self.length_scale, self.trust_budget)
 
-    def service_s(self, job: Job) -> float:
+    def service_s(self, job: Job, remaining: float | None = None) -> float:
         """Predicted seconds the job needs from its next launch, in a full batch: the
-        prefill of its context, then its remaining decode steps. The core bounds each job's
-        wait relative to this (the same value whether it runs or waits, so a deadline only
-        moves with a new prediction)."""
+        prefill of its context, then its remaining decode steps (`remaining` output tokens;
+        None: remaining_tokens). The core bounds each job's wait relative to this (the same
+        value whether it runs or waits, so a deadline only moves with a new prediction)."""
         context = job.num_context_tokens
-        return self.cost.wall_s(context, context, self.remaining_tokens(job), self.batch_hint)
+        rest = self.remaining_tokens(job) if remaining is None else remaining
+        return self.cost.wall_s(context, context, rest, self.batch_hint)
 
     def own_wait_s(self, job: Job) -> float:
         """Seconds of wait the policy itself may add to this job, on top of the core's

@@ -20,9 +20,10 @@ from typing import Any
 import msgspec
 
 from daemon import apikeys
-from daemon.config import Config, ConfigError, cost_profile, slots_per_engine
+from daemon.config import Config, ConfigError, SloConfig, cost_profile, slots_per_engine
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Event
+from daemon.core.forecast import Forecaster
 from daemon.core.job import Job, SamplingSpec, Slo
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
@@ -70,6 +71,13 @@ def build_executors(config: Config, inbox: asyncio.Queue[Event]) -> list[Executo
             for i, dev in enumerate(engine.devices)]
 
 
+def adopt_slo(forecast: Forecaster, slo: SloConfig) -> None:
+    """The [slo] section's admission settings, at start and on reload."""
+    forecast.enforce = slo.enforce
+    forecast.refuse_quantile = slo.refuse_quantile
+    forecast.refuse_after_late = slo.refuse_after_late
+
+
 def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Queue[Event],
                *, cost: CostModel | None = None, **ports: Any) -> Scheduler:
     """The scheduler core over `executors` (one lane each), with the config's policy and
@@ -77,8 +85,7 @@ def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Que
     Scheduler's predictor, remaining and ended."""
     lanes = [Lane(ex.name, ex.commands, slots_per_engine(config)) for ex in executors]
     core = Scheduler(lanes, make_policy(config, cost=cost), config.scheduler, inbox, **ports)
-    core.forecast.enforce = config.slo.enforce
-    core.forecast.refuse_quantile = config.slo.refuse_quantile
+    adopt_slo(core.forecast, config.slo)
     return core
 
 
@@ -208,8 +215,7 @@ class Service:
         """Adopt a reloaded tree whose restart-only sections equal the running ones."""
         keys = self._load_keys(config)  # the file's contents change live; may raise
         self.scheduler.reconfigure(config.scheduler, make_policy(config))
-        self.scheduler.forecast.enforce = config.slo.enforce  # read on the same loop
-        self.scheduler.forecast.refuse_quantile = config.slo.refuse_quantile
+        adopt_slo(self.scheduler.forecast, config.slo)  # read on the same loop
         self.keys = keys
         self.config = config
         self.metrics.config_live(config.scheduler.policy, config_sha256(config))

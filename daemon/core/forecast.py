@@ -53,6 +53,7 @@ COLD_RATIO = 1.0  # margin() shown before that (the forecast as it is); nothing 
 RATIO_FLOOR_S = 0.1  # a forecast wait (but none) shorter than this counts as this
 ERROR_HORIZON_S = 30.0  # errors older than this no longer count
 MEMORY_AHEAD = 64  # jobs ahead the KV-fit bound places (the slot forecast counts them all)
+LATE_HORIZON_S = 10.0  # a waiting job that turned late counts as overload this long
 _MAX_PROMISES = 4096  # promises kept (each leaves when its job starts or ends: a safety cap)
 
 
@@ -86,6 +87,10 @@ class Forecaster:
         # Percentile of the start errors (real / forecast wait) admission refuses on
         # ([slo] refuse_quantile): a refused job misses even at a start this early.
         self.refuse_quantile = 50.0
+        # Jobs that must have turned late while waiting in the last LATE_HORIZON_S before a
+        # forecast of the queue refuses anything ([slo] refuse_after_late; 0: always).
+        self.refuse_after_late = 0
+        self._late: collections.deque[float] = collections.deque(maxlen=_MAX_PROMISES)
         # accepted job id -> (loop time of its admission, its forecast wait (s), whether
         # the wait was the memory bound's)
         self._promised: dict[str, tuple[float, float, bool]] = {}
@@ -208,7 +213,7 @@ class Forecaster:
             seconds, memory = wait.queue_s, False
         else:
             seconds, memory = wait.s, wait.memory
-        if not self.learned(memory):
+        if not self.learned(memory) or not self.overloaded():
             seconds = 0.0
         refusal = slo.refusal(job, self._start_s(job, seconds, memory), self.estimates.policy,
                               self.decode_step_s())
@@ -313,6 +318,23 @@ class Forecaster:
             return
         admitted, wait, memory = promised
         self._errors[memory].append((now, (now - admitted) / max(wait, RATIO_FLOOR_S)))
+
+    def turned_late(self, job_id: str, now: float) -> None:
+        """A waiting job with an objective passed its latest start at `now`: a sample of
+        its promise's error (started), and a sign of overload (overloaded)."""
+        self._late.append(now)
+        self.started(job_id, now)
+
+    def overloaded(self) -> bool:
+        """Whether the queue itself says overload: at least refuse_after_late waiting jobs
+        turned late in the last LATE_HORIZON_S (always, at 0). Until then a forecast of the
+        queue refuses nothing: below overload the jobs a forecast would refuse mostly make
+        it (shadow mode beat enforcement at 0.4-0.8x in 7 of 9 draws, lost at 1.2x and above
+        in 6 of 6: docs/results/2026-11-29-upper-backfill-and-4-slots.md)."""
+        late = self._late
+        while late and late[0] < self.now() - LATE_HORIZON_S:
+            late.popleft()
+        return len(late) >= self.refuse_after_late
 
     def forget(self, job_id: str) -> None:
         """A job ended without starting: its promise is no sample."""

@@ -309,7 +309,7 @@ class Scheduler:
     def dispatch(self) -> None:
         """One decision round: launch what fits, preempt what pays, let the policy review."""
         for job in self.waiting.expire(self.now()):  # on-time jobs that became late
-            self.forecast.started(job.job_id, self.now())  # not yet, but its error is known
+            self.forecast.turned_late(job.job_id, self.now())  # its error is known
             if job.slo is not None and job.slo.sheddable and self.waiting.remove(job):
                 self._shed(job, "rejected-ttl-expired", "it can no longer meet its objective")
             else:  # it waits on as best effort

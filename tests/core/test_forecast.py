@@ -12,7 +12,7 @@ import pytest
 from daemon.core.admission import MIN_OBSERVED
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Capacity, Event
-from daemon.core.forecast import COLD_RATIO, ERROR_HORIZON_S, MIN_ERRORS
+from daemon.core.forecast import COLD_RATIO, ERROR_HORIZON_S, LATE_HORIZON_S, MIN_ERRORS
 from daemon.core.job import Job, JobStatus, SamplingSpec, Slo
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
@@ -216,6 +216,34 @@ async def test_admission_refuses_only_what_misses_even_at_an_early_start() -> No
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.35))) is None
     refused = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.25)))
     assert refused is not None and refused.predicted_s == pytest.approx(0.3, abs=0.02)
+
+
+@pytest.mark.asyncio
+async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
+    """With [slo] refuse_after_late = 2, a forecast of the queue refuses nothing until two
+    waiting jobs passed their latest start in the last LATE_HORIZON_S: the core's decision
+    round tells it (Forecaster.turned_late), and the overload lapses after that horizon.
+    A refusal that needs no forecast (the objective missed by the time waited already)
+    stands either way."""
+    core = _core()
+    forecast, now = core.forecast, core.now()
+    forecast.refuse_after_late = 2
+    core.lanes[0].running["r"] = _job("r", 100, now)  # a forecast wait of 1 s
+    learn_forecast_errors(forecast)
+    new = _job("n", 5, now, slo=Slo(ttft_s=0.5))
+    assert forecast.refusal(new) is None  # the queue has failed nobody yet
+    for k in range(2):  # two on-time jobs whose latest start has passed
+        core.waiting.push(_job(f"late{k}", 5, now - 10.0, slo=Slo(ttft_s=1.0)))
+    core.dispatch()
+    assert len(core.waiting) == 2 and all(job.slo_missed for job in core.waiting)
+    assert forecast.overloaded()
+    refused = forecast.refusal(new)
+    assert refused is not None and refused.predicted_s == pytest.approx(1.0, abs=0.02)
+    forecast.now = lambda: now + LATE_HORIZON_S + 1.0  # type: ignore[method-assign]
+    learn_forecast_errors(forecast)
+    assert not forecast.overloaded()
+    waited = _job("w", 5, now - 2.0, slo=Slo(ttft_s=0.5))  # 0.5 s objective, 2 s waited
+    assert forecast.refusal(waited) is not None
 
 
 @pytest.mark.parametrize("admission", ["work-conserving", "peak"])

@@ -91,6 +91,7 @@ class Forecaster:
         # forecast of the queue refuses anything ([slo] refuse_after_late; 0: always).
         self.refuse_after_late = 0
         self._late: collections.deque[float] = collections.deque(maxlen=_MAX_PROMISES)
+        self._refused_at = -math.inf  # loop time of the latest refusal on a forecast
         # accepted job id -> (loop time of its admission, its forecast wait (s), whether
         # the wait was the memory bound's)
         self._promised: dict[str, tuple[float, float, bool]] = {}
@@ -167,6 +168,8 @@ class Forecaster:
             behind = self._wait_behind(job, ahead)
             wait, memory = behind.s, behind.memory
             refusal = self._refusal(job, behind, bool(ahead))
+            if refusal is not None and refusal.forecast != "none":
+                self._refused_at = self.now()  # the overload goes on (overloaded())
             if refusal is not None and self.enforce:
                 raise SloUnreachable(refusal)
             if refusal is not None:  # shadow mode: served, and its outcome counted
@@ -327,14 +330,17 @@ class Forecaster:
 
     def overloaded(self) -> bool:
         """Whether the queue itself says overload: at least refuse_after_late waiting jobs
-        turned late in the last LATE_HORIZON_S (always, at 0). Until then a forecast of the
-        queue refuses nothing: below overload the jobs a forecast would refuse mostly make
-        it (shadow mode beat enforcement at 0.4-0.8x in 7 of 9 draws, lost at 1.2x and above
-        in 6 of 6: docs/results/2026-11-29-upper-backfill-and-4-slots.md)."""
-        late = self._late
-        while late and late[0] < self.now() - LATE_HORIZON_S:
+        turned late in the last LATE_HORIZON_S (always, at 0), or a refusal on a forecast in
+        that time (refusals that work keep the jobs accepted from turning late: without
+        this the gate closed while the overload went on, and let a flood in). Until then a
+        forecast of the queue refuses nothing: below overload the jobs a forecast would
+        refuse mostly make it (shadow mode beat enforcement at 0.4-0.8x in 7 of 9 draws,
+        lost at 1.2x and above in 6 of 6:
+        docs/results/2026-11-29-upper-backfill-and-4-slots.md)."""
+        late, since = self._late, self.now() - LATE_HORIZON_S
+        while late and late[0] < since:
             late.popleft()
-        return len(late) >= self.refuse_after_late
+        return len(late) >= self.refuse_after_late or self._refused_at >= since
 
     def forget(self, job_id: str) -> None:
         """A job ended without starting: its promise is no sample."""

@@ -15,6 +15,7 @@ from daemon.core.events import Capacity, Event
 from daemon.core.forecast import COLD_RATIO, ERROR_HORIZON_S, LATE_HORIZON_S, MIN_ERRORS
 from daemon.core.job import Job, JobStatus, SamplingSpec, Slo
 from daemon.core.lanes import Lane
+from daemon.core.ports import SloUnreachable
 from daemon.core.scheduler import Scheduler
 from daemon.core.settings import SchedulerConfig
 from policies.fcfs import FCFS
@@ -222,7 +223,8 @@ async def test_admission_refuses_only_what_misses_even_at_an_early_start() -> No
 async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
     """With [slo] refuse_after_late = 2, a forecast of the queue refuses nothing until two
     waiting jobs passed their latest start in the last LATE_HORIZON_S: the core's decision
-    round tells it (Forecaster.turned_late), and the overload lapses after that horizon.
+    round tells it (Forecaster.turned_late); a refusal on a forecast carries the overload
+    on, and it lapses LATE_HORIZON_S after the last of them.
     A refusal that needs no forecast (the objective missed by the time waited already)
     stands either way."""
     core = _core()
@@ -239,7 +241,13 @@ async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
     assert forecast.overloaded()
     refused = forecast.refusal(new)
     assert refused is not None and refused.predicted_s == pytest.approx(1.0, abs=0.02)
+    later = now + 0.9 * LATE_HORIZON_S
+    forecast.now = lambda: later  # type: ignore[method-assign]
+    with pytest.raises(SloUnreachable):  # a refusal: the overload goes on from it
+        forecast.admit(_job("m", 5, later, slo=Slo(ttft_s=0.5)), [], 0, 10, set())
     forecast.now = lambda: now + LATE_HORIZON_S + 1.0  # type: ignore[method-assign]
+    assert forecast.overloaded()
+    forecast.now = lambda: later + LATE_HORIZON_S + 1.0  # type: ignore[method-assign]
     learn_forecast_errors(forecast)
     assert not forecast.overloaded()
     waited = _job("w", 5, now - 2.0, slo=Slo(ttft_s=0.5))  # 0.5 s objective, 2 s waited

@@ -147,9 +147,10 @@ class SloConfig(_Section, frozen=True):
     # (daemon/core/forecast.py): lower refuses only surer misses.
     refuse_quantile: Annotated[float, msgspec.Meta(gt=0, lt=100), BENCH_KNOB] = 50.0
     # A forecast of the queue refuses only once this many waiting requests turned late
-    # (passed their latest start) in the last 10 s: below overload, refuse nothing it
-    # would serve in time (daemon/core/forecast.py). 0: refuse on the forecast alone.
-    refuse_after_late: Annotated[int, msgspec.Meta(ge=0), BENCH_KNOB] = 0
+    # (passed their latest start) in the last 10 s, or it refused in that time: below
+    # overload, refuse nothing it would serve in time (daemon/core/forecast.py). 0: refuse
+    # on the forecast alone (the rule before 2026-11-29's fourteenth session).
+    refuse_after_late: Annotated[int, msgspec.Meta(ge=0), BENCH_KNOB] = 1
 
 
 class PredictorConfig(_Section, frozen=True):

@@ -21,7 +21,9 @@ from tests.support import DaemonProcess
 
 pytestmark = pytest.mark.engine
 
-CLASSES = '\n[slo]\nclasses = { "5" = { sheddable = true } }\n'
+# refuse_after_late = 0: the scenario is the refusal itself, on the first forecast that misses
+# (not only once a waiting job turned late, the default).
+CLASSES = '\n[slo]\nclasses = { "5" = { sheddable = true } }\nrefuse_after_late = 0\n'
 OUTCOMES = ("met", "missed", "refused", "shed")
 
 

@@ -14,7 +14,9 @@ forward: the jobs ahead start as their contexts find room and end at their predi
 service (admission.seconds_until_started). Elsewhere the errors are learned apart for waits
 bound by the work ahead (slots of typical footprint) and waits bound by the KV fitting
 (until the job's context finds room, or under peak admission its projected peak fits),
-which err apart. Before, admission took the
+which err apart. And a forecast of the queue refuses only in overload, once a waiting job
+turned late or a refusal came in the last LATE_HORIZON_S ([slo] refuse_after_late,
+overloaded()). Before, admission took the
 95th percentile (never below 1; 2 when cold) to keep its promises, and refused requests
 that would have met their objective: at 0.2x memory-bound, 10 of 10 that shadow mode marked
 met; at 0.5x 50 of 70 (docs/results/2026-11-28-refusal-precision-and-aging.md).

@@ -334,7 +334,7 @@ class Forecaster:
         """Whether the queue itself says overload: at least refuse_after_late waiting jobs
         turned late in the last LATE_HORIZON_S (always, at 0), or a refusal on a forecast in
         that time (refusals that work keep the jobs accepted from turning late: without
-        this the gate closed while the overload went on, and let a flood in). Until then a
+        this the gate would close while an overload goes on, and let a flood in). Until then a
         forecast of the queue refuses nothing: below overload the jobs a forecast would
         refuse mostly make it (shadow mode beat enforcement at 0.4-0.8x in 7 of 9 draws,
         lost at 1.2x and above in 6 of 6:

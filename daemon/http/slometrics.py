@@ -96,3 +96,8 @@ class PredictedTtftCollector(Collector):
         for name, memory in (("queue", False), ("memory", True)):
             margin.add_metric([name], forecast.margin(memory))
         yield margin
+        yield GaugeMetricFamily(
+            "lengthwise_slo_overloaded", "1 while admission may refuse on a forecast of the "
+            "queue: a waiting request turned late, or a request was refused on a forecast, "
+            "in the last 10 s ([slo] refuse_after_late); 0: it refuses no request on its "
+            "forecast wait", value=float(forecast.overloaded()))

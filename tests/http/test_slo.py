@@ -123,6 +123,7 @@ async def test_bad_header_over_http_and_the_daemon_keeps_serving(
     assert 'lengthwise_predicted_ttft_seconds{executor="sim0"}' in metrics
     for kind in ("queue", "memory"):  # cold: no start yet, the forecast as it is
         assert f'lengthwise_slo_admission_margin_ratio{{forecast="{kind}"}} 1.0' in metrics
+    assert "lengthwise_slo_overloaded 0.0" in metrics  # nothing late: no forecast refuses
 
 
 @pytest.mark.asyncio
@@ -144,6 +145,7 @@ async def test_unreachable_ttft_is_refused_at_once_before_any_engine_work(
     assert 'lengthwise_slo_requests_total{outcome="refused",priority="0"} 1.0' in metrics
     # by the forecast that refused it: the work ahead (two long jobs on the one slot)
     assert 'lengthwise_slo_refusals_total{cause="ttft:queue",priority="0"} 1.0' in metrics
+    assert "lengthwise_slo_overloaded 1.0" in metrics  # a job turned late (_occupy)
 
 
 @pytest.mark.asyncio

@@ -75,7 +75,7 @@ def adopt_slo(forecast: Forecaster, slo: SloConfig) -> None:
     """The [slo] section's admission settings, at start and on reload."""
     forecast.enforce = slo.enforce
     forecast.refuse_quantile = slo.refuse_quantile
-    forecast.refuse_after_late = slo.refuse_after_late
+    forecast.overload.after_late = slo.refuse_after_late
 
 
 def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Queue[Event],

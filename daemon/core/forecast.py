@@ -14,9 +14,8 @@ forward: the jobs ahead start as their contexts find room and end at their predi
 service (admission.seconds_until_started). Elsewhere the errors are learned apart for waits
 bound by the work ahead (slots of typical footprint) and waits bound by the KV fitting
 (until the job's context finds room, or under peak admission its projected peak fits),
-which err apart. And a forecast of the queue refuses only in overload, once a waiting job
-turned late or a refusal came in the last LATE_HORIZON_S ([slo] refuse_after_late,
-overloaded()). Before, admission took the
+which err apart. And a forecast of the queue refuses only in overload (overload.py).
+Before, admission took the
 95th percentile (never below 1; 2 when cold) to keep its promises, and refused requests
 that would have met their objective: at 0.2x memory-bound, 10 of 10 that shadow mode marked
 met; at 0.5x 50 of 70 (docs/results/2026-11-28-refusal-precision-and-aging.md).
@@ -46,6 +45,7 @@ from daemon.core import admission, decisions, slo
 from daemon.core.estimates import Estimates
 from daemon.core.job import Job
 from daemon.core.lanes import Lane
+from daemon.core.overload import Overload
 from daemon.core.ports import QueueFull, SloUnreachable
 from daemon.core.waitqueue import WaitQueue
 
@@ -55,7 +55,6 @@ COLD_RATIO = 1.0  # margin() shown before that (the forecast as it is); nothing 
 RATIO_FLOOR_S = 0.1  # a forecast wait (but none) shorter than this counts as this
 ERROR_HORIZON_S = 30.0  # errors older than this no longer count
 MEMORY_AHEAD = 64  # jobs ahead the KV-fit bound places (the slot forecast counts them all)
-LATE_HORIZON_S = 10.0  # a waiting job that turned late counts as overload this long
 _MAX_PROMISES = 4096  # promises kept (each leaves when its job starts or ends: a safety cap)
 
 
@@ -89,11 +88,7 @@ class Forecaster:
         # Percentile of the start errors (real / forecast wait) admission refuses on
         # ([slo] refuse_quantile): a refused job misses even at a start this early.
         self.refuse_quantile = 50.0
-        # Jobs that must have turned late while waiting in the last LATE_HORIZON_S before a
-        # forecast of the queue refuses anything ([slo] refuse_after_late; 0: always).
-        self.refuse_after_late = 0
-        self._late: collections.deque[float] = collections.deque(maxlen=_MAX_PROMISES)
-        self._refused_at = -math.inf  # loop time of the latest refusal on a forecast
+        self.overload = Overload()  # whether a forecast of the queue may refuse at all
         # accepted job id -> (loop time of its admission, its forecast wait (s), whether
         # the wait was the memory bound's)
         self._promised: dict[str, tuple[float, float, bool]] = {}
@@ -171,14 +166,14 @@ class Forecaster:
             wait, memory = behind.s, behind.memory
             refusal = self._refusal(job, behind, bool(ahead))
             if refusal is not None and refusal.forecast != "none":
-                self._refused_at = self.now()  # the overload goes on (overloaded())
+                self.overload.refused(self.now())  # the overload goes on
             if refusal is not None and self.enforce:
                 raise SloUnreachable(refusal)
             if refusal is not None:  # shadow mode: served, and its outcome counted
                 job.would_refuse = refusal.cause
         victim = None
         if queued - len(shedding) >= max_waiting:
-            victim = self.sheddable_for(job, shedding)
+            victim = self.waiting.sheddable_for(job, shedding)
             if victim is None:
                 raise QueueFull(f"{queued} requests are already waiting")
             shedding.add(victim.job_id)
@@ -326,23 +321,13 @@ class Forecaster:
 
     def turned_late(self, job_id: str, now: float) -> None:
         """A waiting job with an objective passed its latest start at `now`: a sample of
-        its promise's error (started), and a sign of overload (overloaded)."""
-        self._late.append(now)
+        its promise's error (started), and a sign of overload."""
+        self.overload.turned_late(now)
         self.started(job_id, now)
 
     def overloaded(self) -> bool:
-        """Whether the queue itself says overload: at least refuse_after_late waiting jobs
-        turned late in the last LATE_HORIZON_S (always, at 0), or a refusal on a forecast in
-        that time (refusals that work keep the jobs accepted from turning late: without
-        this the gate would close while an overload goes on, and let a flood in). Until then a
-        forecast of the queue refuses nothing: below overload the jobs a forecast would
-        refuse mostly make it (shadow mode beat enforcement at 0.4-0.8x in 7 of 9 draws,
-        lost at 1.2x and above in 6 of 6:
-        docs/results/2026-11-29-upper-backfill-and-4-slots.md)."""
-        late, since = self._late, self.now() - LATE_HORIZON_S
-        while late and late[0] < since:
-            late.popleft()
-        return len(late) >= self.refuse_after_late or self._refused_at >= since
+        """Whether a forecast of the queue may refuse now (Overload.active)."""
+        return self.overload.active(self.now())
 
     def forget(self, job_id: str) -> None:
         """A job ended without starting: its promise is no sample."""
@@ -413,13 +398,3 @@ class Forecaster:
         wait = (0.0 if not share and self._starts_now(tokens, prompt, [lane])
                 else self._wait_on([lane], share, tokens, prompt).s)
         return wait + estimates.policy.cost.prefill_s(prompt)
-
-    def sheddable_for(self, job: Job, spared: set[str]) -> Job | None:
-        """A waiting sheddable job of a less urgent class than `job` (the least urgent, the
-        latest-queued of those), to drop so that `job` gets its room; None if none."""
-        victims = [other for other in self.waiting
-                   if other.slo is not None and other.slo.sheddable
-                   and other.priority > job.priority and other.job_id not in spared]
-        if not victims:
-            return None
-        return max(victims, key=lambda other: (other.priority, other.enqueue_time))

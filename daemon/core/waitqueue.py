@@ -155,6 +155,15 @@ class WaitQueue:
         return [(prio, key, job) for prio, key, seq, job in self._heap
                 if (entry := live.get(job.job_id)) is not None and entry[0] == seq]
 
+    def sheddable_for(self, job: Job, spared: set[str]) -> Job | None:
+        """A waiting sheddable job of a less urgent class than `job` (the least urgent, the
+        latest-queued of those), to drop so that `job` gets its room; None if none."""
+        victims = [other for other in self if other.slo is not None and other.slo.sheddable
+                   and other.priority > job.priority and other.job_id not in spared]
+        if not victims:
+            return None
+        return max(victims, key=lambda other: (other.priority, other.enqueue_time))
+
     def update(self, job: Job) -> None:
         """Re-key one waiting job (its prediction changed); its total wait is kept."""
         if job.job_id in self._live:

@@ -12,9 +12,10 @@ import pytest
 from daemon.core.admission import MIN_OBSERVED
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Capacity, Event
-from daemon.core.forecast import COLD_RATIO, ERROR_HORIZON_S, LATE_HORIZON_S, MIN_ERRORS
+from daemon.core.forecast import COLD_RATIO, ERROR_HORIZON_S, MIN_ERRORS
 from daemon.core.job import Job, JobStatus, SamplingSpec, Slo
 from daemon.core.lanes import Lane
+from daemon.core.overload import LATE_HORIZON_S
 from daemon.core.ports import SloUnreachable
 from daemon.core.scheduler import Scheduler
 from daemon.core.settings import SchedulerConfig
@@ -166,9 +167,9 @@ async def test_only_a_less_urgent_sheddable_job_gives_up_its_room() -> None:
     keeper = _job("keep", 10, now, priority=9)  # not sheddable
     for job in (older, newer, keeper):
         core.waiting.push(job)
-    assert core.forecast.sheddable_for(_job("x", 1, now), set()) is newer
-    assert core.forecast.sheddable_for(_job("x", 1, now), {"new"}) is older
-    assert core.forecast.sheddable_for(_job("x", 1, now, priority=5), set()) is None
+    assert core.waiting.sheddable_for(_job("x", 1, now), set()) is newer
+    assert core.waiting.sheddable_for(_job("x", 1, now), {"new"}) is older
+    assert core.waiting.sheddable_for(_job("x", 1, now, priority=5), set()) is None
 
 
 @pytest.mark.asyncio
@@ -229,7 +230,7 @@ async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
     stands either way."""
     core = _core()
     forecast, now = core.forecast, core.now()
-    forecast.refuse_after_late = 2
+    forecast.overload.after_late = 2
     core.lanes[0].running["r"] = _job("r", 100, now)  # a forecast wait of 1 s
     learn_forecast_errors(forecast)
     new = _job("n", 5, now, slo=Slo(ttft_s=0.5))

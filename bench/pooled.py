@@ -8,8 +8,9 @@ Each OUT is a `bench sweep` --out folder (its sweep.json); `OUT@SYSTEM` takes th
 SYSTEM instead of --system (the same code under another name, e.g. a knob set to its
 default). Per load: each figure's paired ratio to the baseline, geometric mean over the
 pairs (min-max; in how many pairs the system was worse), the pairs whose engine speeds
-differ by more than 10 % counted in, and the engine step ratio's geometric mean; then each
-figure per load band at equal engine speed (bench sweep's own fit, over all the pairs)."""
+differ by more than 10 % counted in, the engine step ratio's geometric mean, and whether the
+pooled ratios meet issue 39's do-no-harm target (NO_HARM); then each figure per load band
+at equal engine speed (bench sweep's own fit, over all the pairs)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ from bench.sweep_report import adjusted_table
 from bench.sweepstats import SweepRun
 
 _NAMES = {"mean_ttft": "mean TTFT", "p99_ttft": "p99 TTFT", "mean_tpot": "mean TPOT",
-          "mean_jct": "mean JCT", "p99_jct": "p99 JCT"}
+          "mean_jct": "mean JCT", "p99_jct": "p99 JCT", "attainment": "attainment"}
+# Issue 39's do-no-harm target, on each figure's pooled ratio to the baseline: latencies at
+# most these (means 1.0x, tails 1.05x), attainment (where measured) at least the baseline's.
+NO_HARM = {"mean_ttft": 1.0, "p99_ttft": 1.05, "mean_tpot": 1.0, "mean_jct": 1.0,
+           "p99_jct": 1.05}
 
 
 def parse_source(text: str, system: str) -> tuple[Path, str]:
@@ -65,22 +70,36 @@ def table(runs: Sequence[SweepRun], baseline: str, unflagged: bool = False) -> s
     for run, ref in stats.paired(runs, baseline):
         if not (unflagged and flags[(run.load, run.repeat, run.system)].flagged):
             by_load.setdefault(run.load, []).append((run, ref))
-    lines = ["| load | pairs (flagged) | " + " | ".join(_NAMES.values()) + " | engine step |",
-             "|---" * (len(_NAMES) + 3) + "|"]
+    lines = ["| load | pairs (flagged) | " + " | ".join(_NAMES.values())
+             + " | engine step | do no harm |", "|---" * (len(_NAMES) + 4) + "|"]
     for load, rows in sorted(by_load.items()):
         pairs = [flags[(run.load, run.repeat, run.system)] for run, _ in rows]
         steps = [p.step_ratio for p in pairs if p.step_ratio]
         flagged = sum(p.flagged for p in pairs)
-        cells = []
+        cells, pooled = [], {}
         for figure in _NAMES:
             ratios = [r for run, ref in rows if (r := stats.figure_ratio(run, ref, figure)) > 0]
+            # "worse": a longer latency, a lower attainment
+            worse = sum(r < 1 if figure == "attainment" else r > 1 for r in ratios)
+            if ratios:
+                pooled[figure] = stats.geomean(ratios)
             cells.append("–" if not ratios else
-                         f"{stats.geomean(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}; "
-                         f"{sum(r > 1 for r in ratios)})")
+                         f"{pooled[figure]:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}; "
+                         f"{worse})")
         step = f"{stats.geomean(steps):.2f}x" if steps else "–"
         lines.append(f"| {load:g}x | {len(rows)} ({flagged}) | " + " | ".join(cells)
-                     + f" | {step} |")
+                     + f" | {step} | {no_harm(pooled)} |")
     return "\n".join(lines) + "\n"
+
+
+def no_harm(pooled: dict[str, float]) -> str:
+    """The do-no-harm verdict (NO_HARM) on one load's pooled ratios: "yes", or the figures
+    past their limit. Ratios shown to two places are judged as shown (1.004x is 1.00x)."""
+    missed = [f"{_NAMES[name]} {pooled[name]:.2f}x" for name, limit in NO_HARM.items()
+              if name in pooled and round(pooled[name], 2) > limit]
+    if "attainment" in pooled and round(pooled["attainment"], 2) < 1.0:
+        missed.append(f"attainment {pooled['attainment']:.2f}x")
+    return "no: " + ", ".join(missed) if missed else "yes"
 
 
 def main(argv: Sequence[str] | None = None) -> None:

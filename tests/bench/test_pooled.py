@@ -17,12 +17,13 @@ from bench.sweepstats import SweepRun
 from bench.workload import WorkloadSpec
 
 
-def _run(system: str, repeat: int, jct: float, step: float = 0.01) -> SweepRun:
+def _run(system: str, repeat: int, jct: float, step: float = 0.01,
+         attainment: float | None = None) -> SweepRun:
     reqs = [RequestResult(index=i, arrival_s=float(i), prompt_tokens=5, output_tokens=10,
                           ok=True, ttft_s=jct / 4, jct_s=jct) for i in range(4)]
     speed = DecodeSpeed(step_s=step, batch=4.0, gaps=400, bins=[Bin(4, step, 400)])
     return SweepRun(system=system, load=1.0, rate=2.0, repeat=repeat, position=0,
-                    summary=summarize(reqs), p99_tpot=None, attainment=None, refused=0.0,
+                    summary=summarize(reqs), p99_tpot=None, attainment=attainment, refused=0.0,
                     engine_preemptions=0.0, policy_preemptions=0.0, speed=speed, wall_s=1.0)
 
 
@@ -54,9 +55,23 @@ def test_pairs_of_several_sweeps_pool_apart(tmp_path: Path,
     assert "| 1x | 3 (0) | " in table(runs, "vllm", unflagged=True)
     assert "| 0.91x (0.50-1.50; 1) |" in table(runs, "vllm", unflagged=True)
 
+    # every latency 0.93x (the requests' TTFT scale with their JCT), no attainment measured
+    assert table(runs, "vllm").rstrip().endswith("| – | 1.06x | yes |")  # engine step 1.06x
+
     main(["--system", "lw", one, f"{two}@lw+k=v"])
     out = capsys.readouterr().out
     assert "lw against vllm, 4 pairs from 2 sweeps" in out
     assert "| lw | 0.8-1.2x | mean_jct | 4 | 0.93x |" in out  # and at equal engine speed
     with pytest.raises(SystemExit, match="not 'lw\\+x'"):
         main(["--system", "lw+x", one])
+
+
+def test_the_verdict_names_each_figure_past_its_limit() -> None:
+    """Means at most 1.0x, tails at most 1.05x, attainment at least the baseline's."""
+    runs = [_run("vllm", 0, 2.0, attainment=1.0), _run("lw", 0, 2.08, attainment=0.99),
+            _run("vllm", 1, 2.0, attainment=0.9), _run("lw", 1, 2.0, attainment=0.9)]
+    row = table(runs, "vllm").splitlines()[-1]
+    # every latency 1.02x (geometric mean of 1.04 and 1.0): past 1.0x, not past 1.05x
+    assert row.endswith("| no: mean TTFT 1.02x, mean TPOT 1.02x, mean JCT 1.02x, "
+                        "attainment 0.99x |"), row
+    assert "| 0.99x (0.99-1.00; 1) |" in row  # attainment lower in one pair

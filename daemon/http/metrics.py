@@ -3,7 +3,6 @@ jobs end (Metrics.observe_job, fed by the daemon's wiring from the core's ended-
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import math
 from collections.abc import Iterator, Sequence
@@ -17,12 +16,12 @@ from daemon.core.job import Job, JobStatus
 from daemon.core.lanes import Lane
 from daemon.core.scheduler import Scheduler
 from daemon.executors.base import Executor
+from daemon.http.loopwatch import PROBE_S, LoopWatch
 from daemon.http.slometrics import PredictedTtftCollector, SloMetrics
 from daemon.prediction import Predictions
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _RATIO_BUCKETS = (-4, -3, -2, -1, -0.5, -0.25, 0, 0.25, 0.5, 1, 2, 3, 4)
-LOOP_PROBE_S = 0.1  # period of the event-loop lag probe
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1)
 _LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 _RECENT_JOBS = 256  # finished jobs whose sizes define "median size" and the decode rate
@@ -262,7 +261,7 @@ class Metrics:
                                           "log2(predicted / actual output tokens)",
                                           buckets=_RATIO_BUCKETS, registry=self.registry)
         self.loop_lag = Histogram("lengthwise_event_loop_lag_seconds", "How late a "
-                                  f"{LOOP_PROBE_S:g} s timer fires on the daemon's event loop: "
+                                  f"{PROBE_S:g} s timer fires on the daemon's event loop: "
                                   "a blocked loop delays every stream", buckets=_LAG_BUCKETS,
                                   registry=self.registry)
         self.repredict_s = Histogram("lengthwise_repredict_batch_seconds", "Time of one "
@@ -320,11 +319,8 @@ class Metrics:
             self.ttft_phase.labels(phase).observe(max(seconds, 0.0))
 
     async def watch_loop_lag(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            start = loop.time()
-            await asyncio.sleep(LOOP_PROBE_S)
-            self.loop_lag.observe(max(loop.time() - start - LOOP_PROBE_S, 0.0))
+        """The lag probe, and the log of where the loop is when it blocks (loopwatch)."""
+        await LoopWatch(self.loop_lag.observe).run()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -49,3 +49,22 @@ async def test_a_loop_that_keeps_turning_logs_nothing(caplog: pytest.LogCaptureF
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert watch.blocks == 0 and not caplog.records
+
+
+@pytest.mark.asyncio
+async def test_a_slow_garbage_collection_is_logged(caplog: pytest.LogCaptureFixture,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any collection past the threshold (here 0 s: every one) is logged with its
+    generation; the callback is gone once the watch stops."""
+    import gc
+
+    monkeypatch.setattr("daemon.http.loopwatch.SLOW_GC_S", 0.0)
+    watch = LoopWatch(lambda lag: None, probe_s=0.02, blocked_s=5.0)
+    task = asyncio.create_task(watch.run())
+    await asyncio.sleep(0.05)
+    with caplog.at_level(logging.WARNING, logger="daemon.http.loopwatch"):
+        gc.collect(2)
+    assert any("garbage collection of generation 2" in r.getMessage() for r in caplog.records)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert watch._on_gc not in gc.callbacks

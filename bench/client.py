@@ -47,6 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--send-slo", action="store_true",
                    help="send --slo-ttft / --slo-tpot with every request as llm-d's headers "
                         "(x-llm-d-slo-ttft-ms, x-llm-d-slo-tpot-ms), to every system")
+    p.add_argument("--send-slo-except", default="", metavar="SYSTEMS",
+                   help="with --send-slo, the systems (comma-separated, as in --systems) "
+                        "that get no headers: one system with and without objectives on the "
+                        "same draws (a no-op override, e.g. +slo.enforce=true, names the twin)")
 
 
 def sent_slo(args: argparse.Namespace) -> Slo | None:
@@ -56,10 +60,16 @@ def sent_slo(args: argparse.Namespace) -> Slo | None:
     return Slo(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
 
 
-def slo_headers(args: argparse.Namespace) -> dict[str, str]:
-    """llm-d's SLO headers for --send-slo; {} without it."""
+def slo_exempt(args: argparse.Namespace) -> list[str]:
+    """The systems --send-slo-except names (their specs)."""
+    return [spec.strip() for spec in getattr(args, "send_slo_except", "").split(",")
+            if spec.strip()]
+
+
+def slo_headers(args: argparse.Namespace, system: str = "") -> dict[str, str]:
+    """llm-d's SLO headers for --send-slo; {} without it, or for a `system` it exempts."""
     slo = sent_slo(args)
-    if slo is None:
+    if slo is None or system in slo_exempt(args):
         return {}
     pairs = (("x-llm-d-slo-ttft-ms", slo.ttft_s), ("x-llm-d-slo-tpot-ms", slo.tpot_s))
     return {name: f"{value * 1000:g}" for name, value in pairs if value is not None}

@@ -209,7 +209,7 @@ def run_options(system: System, args: argparse.Namespace, run_salt: str) -> Clie
 
     return ClientOptions(natural=args.natural, priority=system.client_priority,
                          max_model_len=args.max_model_len, salt=run_salt,
-                         headers=client.slo_headers(args))
+                         headers=client.slo_headers(args, system.spec))
 
 
 def warm_up(server: Server, system: System, args: argparse.Namespace) -> None:

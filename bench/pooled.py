@@ -123,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("no pairs: the sweeps ran no load and repetition of both systems")
     print(f"{args.system} against {args.baseline}, {pairs} pairs from {len(sources)} "
           f"sweeps: paired ratios, geometric mean (min-max; pairs worse)\n")
-    sent = all(load_results(out / "sweep.json").slo is not None for out, _ in sources)
+    sent = all(results.slo is not None and system not in results.slo_exempt
+               for results, system in ((load_results(out / "sweep.json"), system)
+                                       for out, system in sources))
     print(table(runs, args.baseline, args.unflagged, objectives_sent=sent))
     print("At equal engine speed (log ratio fitted on log step ratio, per load band, "
           "+-2 standard errors):\n")

@@ -67,6 +67,7 @@ class SweepResults(msgspec.Struct, kw_only=True):
     slo_ttft: float | None
     slo_tpot: float | None
     slo: Slo | None  # the objective every request carried (--send-slo), else None
+    slo_exempt: list[str] = []  # systems whose requests carried none (--send-slo-except)
     max_num_seqs: int
     kv_blocks: int
     max_running: str
@@ -146,6 +147,10 @@ def _systems(args: argparse.Namespace) -> list[System]:
         raise SystemExit("--systems: give each system once")
     if any(s.client_priority != "none" for s in systems):
         raise SystemExit("vLLM's client cannot send a per-request priority: drop vllm-priority")
+    from bench import client
+
+    if unknown := set(client.slo_exempt(args)) - {s.spec for s in systems}:
+        raise SystemExit(f"--send-slo-except: {', '.join(sorted(unknown))} not in --systems")
     if args.engine_kind == "sim" and (any(s.kind == "vllm" for s in systems)
                                       or args.capacity <= 0):
         raise SystemExit("--engine-kind sim runs lengthwise systems only, with --capacity")
@@ -191,7 +196,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         model=args.model.name, systems=[s.spec for s in systems], loads=loads,
         repeats=args.repeats, capacity_rps=capacity, capacity_how=how, workload=spec,
         sample=workload.sample_label(spec), slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
-        slo=client.sent_slo(args), max_num_seqs=args.max_num_seqs, kv_blocks=args.kv_blocks,
+        slo=client.sent_slo(args), slo_exempt=client.slo_exempt(args),
+        max_num_seqs=args.max_num_seqs, kv_blocks=args.kv_blocks,
         max_running=args.max_running, client=args.client)
     try:
         with tqdm(total=len(loads) * args.repeats * len(systems), unit="run",
@@ -318,6 +324,8 @@ def _objectives(results: SweepResults) -> str:
     if not parts:
         return "no objectives (no attainment, no SLO capacity)"
     sent = "sent with every request as llm-d's headers" if results.slo else "judged only"
+    if results.slo and results.slo_exempt:
+        sent += f"; none sent to {', '.join(results.slo_exempt)}"
     return f"objectives {' and '.join(parts)} ({sent})"
 
 

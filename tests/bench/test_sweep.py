@@ -341,3 +341,22 @@ def test_the_waits_a_server_counts_are_read_per_label_and_differenced() -> None:
         "; held: policy 12; to first token: queue 800 ms mean; event loop late > 25 ms 5, "
         "> 50 ms 2, > 100 ms 0 of 900 probes")
     assert describe_waits({}) == ""
+
+
+def test_send_slo_except_leaves_one_system_without_headers(tmp_path: Path) -> None:
+    """One system with and one without its requests' objectives on the same draws: the
+    headers go to every system but those named; a name not among --systems is refused."""
+    import argparse
+
+    from bench import client
+    from bench.cli import main
+
+    args = argparse.Namespace(send_slo=True, slo_ttft=1.0, slo_tpot=0.05,
+                              send_slo_except="lengthwise:ssjf+slo.enforce=true")
+    assert client.slo_headers(args, "lengthwise:ssjf") == {"x-llm-d-slo-ttft-ms": "1000",
+                                                           "x-llm-d-slo-tpot-ms": "50"}
+    assert client.slo_headers(args, "lengthwise:ssjf+slo.enforce=true") == {}
+    with pytest.raises(SystemExit, match="lengthwise:fcfs not in --systems"):
+        main(["sweep", "--engine-kind", "sim", "--client", "ours", "--systems",
+              "lengthwise:ssjf", "--capacity", "20", "--send-slo", "--slo-ttft", "1",
+              "--send-slo-except", "lengthwise:fcfs", "--out", str(tmp_path / "out")])

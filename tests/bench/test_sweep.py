@@ -356,6 +356,13 @@ def test_send_slo_except_leaves_one_system_without_headers(tmp_path: Path) -> No
     assert client.slo_headers(args, "lengthwise:ssjf") == {"x-llm-d-slo-ttft-ms": "1000",
                                                            "x-llm-d-slo-tpot-ms": "50"}
     assert client.slo_headers(args, "lengthwise:ssjf+slo.enforce=true") == {}
+    # what each system's client is given in a measured run
+    from bench.compare import run_options
+    from bench.servers import parse_system
+
+    args.natural, args.max_model_len = False, 2048
+    assert run_options(parse_system("lengthwise:ssjf+slo.enforce=true"), args, "s").headers == {}
+    assert run_options(parse_system("vllm"), args, "s").headers["x-llm-d-slo-ttft-ms"] == "1000"
     with pytest.raises(SystemExit, match="lengthwise:fcfs not in --systems"):
         main(["sweep", "--engine-kind", "sim", "--client", "ours", "--systems",
               "lengthwise:ssjf", "--capacity", "20", "--send-slo", "--slo-ttft", "1",

@@ -38,7 +38,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-from scipy.optimize import nnls
+from scipy.optimize import lsq_linear
 
 from daemon.core.costmodel import TERMS, CostModel
 
@@ -50,6 +50,7 @@ PRIOR_WEIGHT = 0.01
 MIN_SAMPLES = 8  # samples before the first fit: the prior until then
 REFIT_EVERY = 256  # samples between fits once the doubling reaches it
 _TRIM_PASSES = 2
+_SOLVE_ITERATIONS = 50  # bvls iterations at most (a 5-term fit converges in a few)
 _TRIM_Z = 4.0  # samples further than this many robust deviations are outliers
 _MIN_TRIM = 0.05  # ... and never closer than 5 % relative error
 _MAD_SIGMA = 1.4826  # median absolute deviation -> standard deviation (normal errors)
@@ -157,12 +158,16 @@ class StepClock:
 
 
 def _solve(x: np.ndarray, y: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Non-negative u minimising sum((x u - y) / y)^2 + PRIOR_WEIGHT |u - target|^2."""
+    """Non-negative u minimising sum((x u - y) / y)^2 + PRIOR_WEIGHT |u - target|^2.
+    Bounded-variable least squares with a cap on its iterations, not scipy's nnls: this runs
+    on the event loop, and one nnls call on a refit held the daemon's loop for 2.1 s (its
+    stack, logged by daemon/http/loopwatch.py: docs/results/2026-11-29-three-draws-and-a-
+    blocked-loop.md); the same optimum on random windows (relative difference 1e-13)."""
     pull = math.sqrt(PRIOR_WEIGHT)
     a = np.vstack([x / y[:, None], pull * np.eye(len(target))])
     b = np.concatenate([np.ones(len(y)), pull * target])
-    u, _ = nnls(a, b)
-    return np.asarray(u)
+    fit = lsq_linear(a, b, bounds=(0.0, np.inf), method="bvls", max_iter=_SOLVE_ITERATIONS)
+    return np.asarray(fit.x)
 
 
 def pooled(clocks: Iterable[StepClock], prior: CostModel) -> CostModel:

@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from daemon.core.job import Job, JobStatus
+from daemon.core.overload import LATE_HORIZON_S
 from daemon.core.scheduler import Scheduler
 from daemon.core.slo import Refusal, attainment
 
@@ -99,5 +100,5 @@ class PredictedTtftCollector(Collector):
         yield GaugeMetricFamily(
             "lengthwise_slo_overloaded", "1 while admission may refuse on a forecast of the "
             "queue: a waiting request turned late, or a request was refused on a forecast, "
-            "in the last 10 s ([slo] refuse_after_late); 0: it refuses no request on its "
-            "forecast wait", value=float(forecast.overloaded()))
+            f"in the last {LATE_HORIZON_S:g} s ([slo] refuse_after_late); 0: it refuses no "
+            "request on its forecast wait", value=float(forecast.overloaded()))

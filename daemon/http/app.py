@@ -102,7 +102,8 @@ def build_app(service: Service) -> Starlette:
         exception_handlers={ApiError: on_api_error, HTTPException: on_http_error,
                             Exception: on_crash},
         middleware=[Middleware(ConnectionCap, limit=lambda: service.config.server.max_connections,
-                               retry_after_s=service.retry_after_s, count_refusal=count_error)],
+                               retry_after_s=service.retry_after_s, count_refusal=count_error,
+                               gauge=metrics.requests_open)],
     )
     app.state.metrics = metrics
     app.state.responses = responses

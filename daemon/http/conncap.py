@@ -9,13 +9,14 @@ and `Connection: close` at once, before its body is read. On HTTP/2 (hypercorn's
 request in flight is one stream of a shared connection and counts as one; the h2 library
 drops the Connection header there (HTTP/2 has none) and the connection stays open.
 /health and /metrics are not counted nor refused: probes must see the daemon's state under
-load, not the cap.
+load, not the cap. The count is exported as lengthwise_http_requests_open.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from prometheus_client import Gauge
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from daemon.http.errors import ApiError
@@ -25,12 +26,13 @@ _EXEMPT = frozenset({"/health", "/metrics"})
 
 class ConnectionCap:
     def __init__(self, app: ASGIApp, limit: Callable[[], int], retry_after_s: Callable[[], int],
-                 count_refusal: Callable[[ApiError], None]) -> None:
+                 count_refusal: Callable[[ApiError], None], gauge: Gauge) -> None:
         self.app = app
         self.limit = limit  # read per request: the config object may be replaced
         self.retry_after_s = retry_after_s
         self.count_refusal = count_refusal
         self.open = 0  # connections with a request in flight, exempt paths aside
+        self.gauge = gauge
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in _EXEMPT:
@@ -46,7 +48,9 @@ class ConnectionCap:
             await response(scope, receive, send)
             return
         self.open += 1
+        self.gauge.set(self.open)
         try:
             await self.app(scope, receive, send)
         finally:
             self.open -= 1
+            self.gauge.set(self.open)

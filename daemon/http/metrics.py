@@ -249,6 +249,9 @@ class Metrics:
             "that predict first), queue (waiting in lengthwise until first launched), engine "
             "(launch to first token: the command's trip, the engine's own queue, prefill)",
             ["phase"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.requests_open = Gauge("lengthwise_http_requests_open", "Connections with a "
+                                   "request in flight, what server.max_connections caps "
+                                   "(/health and /metrics not counted)", registry=self.registry)
         self.http_errors = Counter("lengthwise_http_errors", "Requests refused with an error",
                                    ["status", "type"], registry=self.registry)
         self.prediction_s = Histogram("lengthwise_prediction_batch_seconds", "Time of one "

@@ -14,7 +14,9 @@ forward: the jobs ahead start as their contexts find room and end at their predi
 service (admission.seconds_until_started). Elsewhere the errors are learned apart for waits
 bound by the work ahead (slots of typical footprint) and waits bound by the KV fitting
 (until the job's context finds room, or under peak admission its projected peak fits),
-which err apart. And a forecast of the queue refuses only in overload (overload.py).
+which err apart. And a forecast of the queue refuses only in overload (overload.py), when
+the queue orders on-time jobs by slack (below it, in the policy's order, the forecast
+counts every on-time job of the class as ahead: its promises err long, and teach that).
 Before, admission took the
 95th percentile (never below 1; 2 when cold) to keep its promises, and refused requests
 that would have met their objective: at 0.2x memory-bound, 10 of 10 that shadow mode marked
@@ -142,11 +144,13 @@ class Forecaster:
 
     def ahead_of(self, job: Job, pending: Iterable[Job] = ()) -> list[Job]:
         """Jobs that go before a new `job` with an objective, in the order they go: waiting
-        ones of a more urgent rank, on-time ones of its rank that must start earlier
-        (WaitQueue orders them by latest start), promoted ones; then the `pending`
-        (arrived, not yet queued) of its class or a more urgent one."""
-        mine = (WaitQueue.rank(job), slo.latest_start(job, self.estimates.policy) or math.inf)
+        ones of a more urgent rank, on-time ones of its rank that must start earlier (in
+        overload, when WaitQueue orders them by slack; below it, in the policy's order, which
+        a job not yet predicted has no place in: all of them), promoted ones; then the
+        `pending` (arrived, not yet queued) of its class or a more urgent one."""
         waiting, now = self.waiting, self.now()
+        latest = slo.latest_start(job, self.estimates.policy) if waiting.by_slack else None
+        mine = (WaitQueue.rank(job), latest or math.inf)
         ahead = sorted((((rank, key), other) for rank, key, other in waiting.keyed()
                         if (rank, key) <= mine or waiting.deadline(other) <= now),
                        key=lambda entry: entry[0])

@@ -183,7 +183,8 @@ class Scheduler:
             self._first_enqueue(job)
             return
         self._predictor.request(job)
-        if self.policy.uses_predictions and not job.on_time and self._contended(job):
+        if (self.policy.uses_predictions and not (job.on_time and self.waiting.by_slack)
+                and self._contended(job)):
             self._predicting[job.job_id] = job  # queued when its prediction comes
         else:  # fcfs, by its deadline, or nothing to order it against: the prediction
             self._first_enqueue(job)  # comes while it waits or runs
@@ -315,6 +316,7 @@ class Scheduler:
             else:  # it waits on as best effort
                 job.slo_missed = True
                 self.waiting.update(job)
+        self.waiting.order_by_slack(self.forecast.overloaded())  # on-time jobs, in overload
         ctx = DispatchContext(self.now(), self.waiting, self.lanes)
         started: list[tuple[int, float]] = []  # (class, wait start) of each launch
         for job, lane in decisions.launches(ctx, self.policy, self.config.aging.lookahead,

@@ -25,12 +25,12 @@ class WaitQueue:
     starts for latency objectives.
 
     A job's rank is its priority class, then its tier: jobs that can still meet their
-    latency objective (job.on_time) before best-effort and late ones. On-time jobs are
-    ordered by slack (earliest latest start first, as admission forecasts them: core/
-    forecast.py); the others by the policy's key. An on-time job's
-    deadline is its promotion time under its objective, when that is earlier than aging's;
-    at its latest start `expire` hands it back to the core (to shed, or to wait on as best
-    effort).
+    latency objective (job.on_time) before best-effort and late ones. Within a tier jobs
+    go in the policy's order, but for on-time jobs in overload (`by_slack`, set by the
+    core): then by slack, earliest latest start first, as admission forecasts them (core/
+    forecast.py). An on-time job's deadline is its promotion time under its objective, when
+    that is earlier than aging's; at its latest start `expire` hands it back to the core (to
+    shed, or to wait on as best effort).
 
     Each job may wait `bound(job)` seconds in *total*: every interval it spent here, across
     preemptions and slices, so a job that keeps being sent back cannot dodge promotion.
@@ -48,6 +48,7 @@ class WaitQueue:
         self._order_key = order_key
         self.bound = bound  # None disables aging
         self.slo_times = slo_times  # None: objectives never move a job
+        self.by_slack = False  # on-time jobs by latest start (order_by_slack)
         self._seq = itertools.count()
         self._heap: list[_Entry] = []
         self._ages: list[_AgeEntry] = []
@@ -169,6 +170,13 @@ class WaitQueue:
         if job.job_id in self._live:
             self.push(job)
 
+    def order_by_slack(self, on: bool) -> None:
+        """On-time jobs by slack (`on`: in overload) or in the policy's order; re-keys every
+        waiting job when that changes (O(n log n), once per change)."""
+        if on != self.by_slack:
+            self.by_slack = on
+            self.rekey(self._order_key, self.bound)
+
     def rekey(self, order_key: OrderKey, bound: WaitBound | None) -> None:
         """Adopt a new policy's order and wait bound (reload, a new clock); total waits
         are kept."""
@@ -217,7 +225,7 @@ class WaitQueue:
     def _add(self, job: Job, times: tuple[float, float] | None) -> int:
         seq = next(self._seq)
         self._live[job.job_id] = (seq, job)
-        if job.on_time:  # by latest start; one without a start bound (TPOT only) last
+        if job.on_time and self.by_slack:  # by latest start; none (TPOT only) last
             key = times[1] if times is not None else float("inf")
         else:
             key = self._order_key(job)

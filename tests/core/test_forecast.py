@@ -73,6 +73,23 @@ async def test_a_new_request_starts_after_the_running_job_and_the_work_ahead() -
 
 
 @pytest.mark.asyncio
+async def test_on_time_jobs_of_its_class_ahead_by_slack_only_in_overload() -> None:
+    """Below overload the on-time jobs of its class wait in the policy's order, where a
+    request not yet predicted has no place: all count as ahead. In overload they wait by
+    slack: only those that must start earlier."""
+    core = _core()
+    now = core.now()
+    tight, relaxed = (_job(name, 5, now, slo=Slo(ttft_s=s)) for name, s in
+                      (("tight", 0.5), ("relaxed", 5.0)))
+    for job in (relaxed, tight):
+        core.waiting.push(job)
+    new = _job("n", 5, now, slo=Slo(ttft_s=1.0))
+    assert {job.job_id for job in core.forecast.ahead_of(new)} == {"tight", "relaxed"}
+    core.waiting.order_by_slack(True)
+    assert core.forecast.ahead_of(new) == [tight]
+
+
+@pytest.mark.asyncio
 async def test_a_new_request_waits_until_its_kv_fits() -> None:
     """Under memory admission by the projected peak a free slot is not enough: a job whose
     footprint does not fit beside the running ones starts when enough of them have ended."""
@@ -225,7 +242,8 @@ async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
     """With [slo] refuse_after_late = 2, a forecast of the queue refuses nothing until two
     waiting jobs passed their latest start in the last LATE_HORIZON_S: the core's decision
     round tells it (Forecaster.turned_late); a refusal on a forecast carries the overload
-    on, and it lapses LATE_HORIZON_S after the last of them.
+    on, and it lapses LATE_HORIZON_S after the last of them. The round orders on-time jobs
+    by slack while it lasts (WaitQueue.order_by_slack), the forecast's order.
     A refusal that needs no forecast (the objective missed by the time waited already)
     stands either way."""
     core = _core()
@@ -239,7 +257,7 @@ async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
         core.waiting.push(_job(f"late{k}", 5, now - 10.0, slo=Slo(ttft_s=1.0)))
     core.dispatch()
     assert len(core.waiting) == 2 and all(job.slo_missed for job in core.waiting)
-    assert forecast.overloaded()
+    assert forecast.overloaded() and core.waiting.by_slack
     refused = forecast.refusal(new)
     assert refused is not None and refused.predicted_s == pytest.approx(1.0, abs=0.02)
     later = now + 0.9 * LATE_HORIZON_S
@@ -251,6 +269,8 @@ async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
     forecast.now = lambda: later + LATE_HORIZON_S + 1.0  # type: ignore[method-assign]
     learn_forecast_errors(forecast)
     assert not forecast.overloaded()
+    core.dispatch()
+    assert not core.waiting.by_slack  # the policy's order again
     waited = _job("w", 5, now - 2.0, slo=Slo(ttft_s=0.5))  # 0.5 s objective, 2 s waited
     assert forecast.refusal(waited) is not None
 

@@ -1,5 +1,6 @@
 """The waiting set under latency objectives: on-time jobs ahead of best effort in their
-class, promoted when their slack runs low, handed back at their latest start."""
+class (in the policy's order, by slack in overload), promoted when their slack runs low,
+handed back at their latest start."""
 
 from __future__ import annotations
 
@@ -27,14 +28,25 @@ def _queue(*jobs: Job) -> WaitQueue:
     return queue
 
 
-def test_on_time_jobs_go_first_in_their_class_by_slack() -> None:
+def _order(queue: WaitQueue) -> list[str]:
+    """The ids in the order they would go at time 0 (the queue unchanged)."""
+    return [job.job_id for job in queue.best(0.0, len(queue))]
+
+
+def test_on_time_jobs_go_first_in_their_class_by_policy_then_by_slack_in_overload() -> None:
     best_effort, later_be = _job("be", tokens=1), _job("be2", tokens=0.5)
     relaxed, tight = _job("relaxed", 5, ttft_s=20), _job("tight", 50, ttft_s=10)
     urgent_class = _job("urgent", 99, priority=-1)
     queue = _queue(best_effort, later_be, relaxed, tight, urgent_class)
-    order = [queue.pop(0.0) for _ in range(5)]
-    # Best effort keeps the policy's order (shortest first here), behind every on-time job.
-    assert [j.job_id for j in order if j] == ["urgent", "tight", "relaxed", "be2", "be"]
+    # Best effort keeps the policy's order (shortest first here), behind every on-time job;
+    # the on-time jobs too, while there is no overload.
+    assert _order(queue) == ["urgent", "relaxed", "tight", "be2", "be"]
+    queue.order_by_slack(True)  # overload: the on-time jobs by latest start
+    assert _order(queue) == ["urgent", "tight", "relaxed", "be2", "be"]
+    queue.order_by_slack(False)
+    assert _order(queue) == ["urgent", "relaxed", "tight", "be2", "be"]
+    assert [job.job_id for job in iter(lambda: queue.pop(0.0), None)] == _order(
+        _queue(best_effort, later_be, relaxed, tight, urgent_class))  # pop goes as best
 
 
 def test_a_job_low_on_slack_is_promoted_then_late() -> None:

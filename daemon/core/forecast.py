@@ -16,7 +16,7 @@ bound by the work ahead (slots of typical footprint) and waits bound by the KV f
 (until the job's context finds room, or under peak admission its projected peak fits),
 which err apart. And a forecast of the queue refuses only in overload (overload.py), when
 the queue orders on-time jobs by slack (below it, in the policy's order, the forecast
-counts every on-time job of the class as ahead: its promises err long, and teach that).
+counts every on-time job of the class as ahead, and its promises teach nothing).
 Before, admission took the
 95th percentile (never below 1; 2 when cold) to keep its promises, and refused requests
 that would have met their objective: at 0.2x memory-bound, 10 of 10 that shadow mode marked
@@ -181,8 +181,10 @@ class Forecaster:
             if victim is None:
                 raise QueueFull(f"{queued} requests are already waiting")
             shedding.add(victim.job_id)
-        if wait and math.isfinite(wait) and job.slo is not None and job.slo.ttft_s is not None:
+        if (wait and math.isfinite(wait) and job.slo is not None and job.slo.ttft_s is not None
+                and self.waiting.by_slack):
             # accepted to wait for a first token due in time: its promise, without the margin
+            # (only where the queue keeps the forecast's order: the error is the forecast's)
             self._promised[job.job_id] = (self.now(), wait, memory)
             if len(self._promised) > _MAX_PROMISES:
                 del self._promised[next(iter(self._promised))]  # the oldest

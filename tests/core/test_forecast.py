@@ -36,6 +36,7 @@ def _core(admission: str = "work-conserving") -> Scheduler:
                      SchedulerConfig(max_running=1, admission=admission), inbox,  # type: ignore[arg-type]
                      clock=lambda: frozen)
     core.accepting = True
+    core.waiting.order_by_slack(True)  # overloaded (after_late = 0), as its first round says
     return core
 
 
@@ -81,12 +82,32 @@ async def test_on_time_jobs_of_its_class_ahead_by_slack_only_in_overload() -> No
     now = core.now()
     tight, relaxed = (_job(name, 5, now, slo=Slo(ttft_s=s)) for name, s in
                       (("tight", 0.5), ("relaxed", 5.0)))
+    core.waiting.order_by_slack(False)
     for job in (relaxed, tight):
         core.waiting.push(job)
     new = _job("n", 5, now, slo=Slo(ttft_s=1.0))
     assert {job.job_id for job in core.forecast.ahead_of(new)} == {"tight", "relaxed"}
     core.waiting.order_by_slack(True)
     assert core.forecast.ahead_of(new) == [tight]
+
+
+@pytest.mark.asyncio
+async def test_promises_made_below_overload_teach_nothing() -> None:
+    """Below overload the queue is not in the forecast's order: a start then is no sample
+    of the forecast's error."""
+    core = _core()
+    forecast, now = core.forecast, core.now()
+    core.lanes[0].running["r"] = _job("r", 100, now)  # a forecast wait of 1 s
+    core.waiting.order_by_slack(False)
+    below = _job("b", 5, now, slo=Slo(ttft_s=5.0))
+    assert forecast.admit(below, [], 0, 10, set()) is None
+    forecast.started(below.job_id, now + 3.0)
+    assert not any(forecast._errors.values())
+    core.waiting.order_by_slack(True)
+    over = _job("o", 5, now, slo=Slo(ttft_s=5.0))
+    assert forecast.admit(over, [], 0, 10, set()) is None
+    forecast.started(over.job_id, now + 3.0)
+    assert [ratio for _, ratio in forecast._errors[False]] == [pytest.approx(3.0, abs=0.05)]
 
 
 @pytest.mark.asyncio
@@ -249,6 +270,7 @@ async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
     core = _core()
     forecast, now = core.forecast, core.now()
     forecast.overload.after_late = 2
+    core.waiting.order_by_slack(False)
     core.lanes[0].running["r"] = _job("r", 100, now)  # a forecast wait of 1 s
     learn_forecast_errors(forecast)
     new = _job("n", 5, now, slo=Slo(ttft_s=0.5))

@@ -1,34 +1,31 @@
 """Forecasts of when work will start and end, for admission under latency objectives, the
 predicted-latency response headers and the per-executor predicted TTFT a router reads.
 
-Admission learns its own error: each accepted job with a TTFT objective is promised a start
-some forecast wait from now; when it starts (or turns late) its real wait over the forecast
-one is a sample. A refusal must be right (the issue-39 target: >= 90 % of the refused would
-have missed), so admission refuses only a job that misses even if it starts as early,
-relative to its forecast, as the `refuse_quantile` percentile ([slo] refuse_quantile, a
-benchmark knob; the median) of the last ERROR_WINDOW samples of the last ERROR_HORIZON_S,
-and nothing on a forecast with fewer than MIN_ERRORS such samples (cold, its error is
-unknown: half the refusals made on it at face value were wrong). Where every lane admits
-by the KV held now (work-conserving memory admission), one forecast plays that admission
-forward: the jobs ahead start as their contexts find room and end at their predicted
-service (admission.seconds_until_started). Elsewhere the errors are learned apart for waits
-bound by the work ahead (slots of typical footprint) and waits bound by the KV fitting
-(until the job's context finds room, or under peak admission its projected peak fits),
-which err apart. And a forecast of the queue refuses only in overload (overload.py), when
-the queue orders on-time jobs by slack (below it, in the policy's order, the forecast
-counts every on-time job of the class as ahead, and its promises teach nothing).
-Before, admission took the
-95th percentile (never below 1; 2 when cold) to keep its promises, and refused requests
-that would have met their objective: at 0.2x memory-bound, 10 of 10 that shadow mode marked
-met; at 0.5x 50 of 70 (docs/results/2026-11-28-refusal-precision-and-aging.md).
+Admission learns its own error: each job with a TTFT objective accepted in overload is
+promised a start some forecast wait from now; when it starts (or turns late) its real wait
+over the forecast one is a sample. A refusal must be right (the issue-39 target: >= 90 % of
+the refused would have missed), so admission refuses only a job that misses even if it
+starts as early, relative to its forecast, as the `refuse_quantile` percentile ([slo]
+refuse_quantile, a benchmark knob; the median) of the last ERROR_WINDOW samples of the last
+ERROR_HORIZON_S, and nothing on a forecast with fewer than MIN_ERRORS such samples (cold:
+half the refusals made on it at face value were wrong). Where every lane admits by the KV
+held now (work-conserving memory admission), one forecast plays that admission forward: the
+jobs ahead start as their contexts find room and end at their predicted service
+(admission.seconds_until_started). Elsewhere the errors are learned apart for waits bound by
+the work ahead (slots of typical footprint) and waits bound by the KV fitting (until the
+job's context finds room, or under peak admission its projected peak fits). A forecast of
+the queue refuses, and is learned, only in overload (overload.py), when the queue orders
+on-time jobs by slack as it forecasts. Before, admission took the 95th percentile (never
+below 1; 2 when cold), and refused requests that would have met their objective: at 0.2x
+memory-bound, 10 of 10 that shadow mode marked met; at 0.5x 50 of 70
+(docs/results/2026-11-28-refusal-precision-and-aging.md).
 
 The error is relative because it grows with the work forecast ahead (each job's predicted
 service errs); and a job that would start now (a free slot, its KV fits) is never refused,
-so that a ratio learned in a bad spell cannot refuse everything while the engine idles;
-such a job is promised nothing either (the ratio is learned from the forecasts it applies
-to). The horizon lets a ratio lapse.
-
-A job that ends without starting (cancelled, shed) or is refused leaves no promise behind.
+so that a ratio learned in a bad spell cannot refuse everything while the engine idles; such
+a job is promised nothing either (the ratio is learned from the forecasts it applies to).
+The horizon lets a ratio lapse. A job that ends without starting (cancelled, shed) or is
+refused leaves no promise behind.
 
 Read-only over the core's state (the waiting set, the lanes, the estimates): called from
 the core's loop and from the HTTP handlers on the same event loop, it changes nothing.
@@ -143,11 +140,10 @@ class Forecaster:
         job.overtake_budget = max(round(aging.slowdown * together), 1)
 
     def ahead_of(self, job: Job, pending: Iterable[Job] = ()) -> list[Job]:
-        """Jobs that go before a new `job` with an objective, in the order they go: waiting
-        ones of a more urgent rank, on-time ones of its rank that must start earlier (in
-        overload, when WaitQueue orders them by slack; below it, in the policy's order, which
-        a job not yet predicted has no place in: all of them), promoted ones; then the
-        `pending` (arrived, not yet queued) of its class or a more urgent one."""
+        """Jobs that go before a new `job` with an objective, in order: waiting ones of a more
+        urgent rank, on-time ones of its rank that must start earlier (by slack, in overload;
+        below it all: an unpredicted job has no place in the policy's order), promoted ones;
+        then the `pending` (arrived, not yet queued) of its class or a more urgent one."""
         waiting, now = self.waiting, self.now()
         latest = slo.latest_start(job, self.estimates.policy) if waiting.by_slack else None
         mine = (WaitQueue.rank(job), latest or math.inf)
@@ -183,8 +179,7 @@ class Forecaster:
             shedding.add(victim.job_id)
         if (wait and math.isfinite(wait) and job.slo is not None and job.slo.ttft_s is not None
                 and self.waiting.by_slack):
-            # accepted to wait for a first token due in time: its promise, without the margin
-            # (only where the queue keeps the forecast's order: the error is the forecast's)
+            # accepted to wait, in the forecast's order (by_slack): its promise, no margin
             self._promised[job.job_id] = (self.now(), wait, memory)
             if len(self._promised) > _MAX_PROMISES:
                 del self._promised[next(iter(self._promised))]  # the oldest

@@ -137,6 +137,14 @@ def from_step_lines(lines: Iterable[str]) -> DecodeSpeed | None:
     return _speed([step for line in lines if (step := _step(line)) is not None])
 
 
+def steps_at(lines: Iterable[str], batch: int) -> list[float]:
+    """Seconds of each decode-only step (as from_step_lines) that decoded exactly `batch`
+    requests, from a server's step lines."""
+    steps = (_step(line) for line in lines)
+    return [step[3] for step in steps
+            if step is not None and step[0] == 0 and step[1] == step[2] == batch]
+
+
 def _speed(steps: Iterable[Step]) -> DecodeSpeed | None:
     decoding = [(requests, seconds) for context, requests, tokens, seconds in steps
                 if context == 0 and 0 < requests == tokens]

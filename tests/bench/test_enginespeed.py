@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.enginespeed import decode_speed, from_step_lines, main, step_windows
+from bench.enginespeed import decode_speed, from_step_lines, main, step_windows, steps_at
 
 
 def _saved(requests: list[tuple[float, float, list[float]]]) -> dict:
@@ -64,6 +64,9 @@ def test_the_engines_own_step_lines_are_timed_per_batch() -> None:
         1: (pytest.approx(0.0015), 1), 4: (pytest.approx(0.003), 2)}  # 3 and 4 share a bin
     assert speed.step_s == pytest.approx(0.0025) and speed.batch == 3.0
     assert from_step_lines(log[2:3] + log[4:]) is None  # no decode-only step
+    # at one exact batch (bench/closedloop.py): the prompt's step and the recompute left out
+    assert steps_at(log, 4) == [pytest.approx(0.004)]
+    assert steps_at(log, 3) == [pytest.approx(0.002)] and steps_at(log, 2) == []
 
 
 def test_a_runs_steps_per_window_show_the_step_time_moving_within_it(

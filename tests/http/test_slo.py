@@ -47,7 +47,7 @@ async def rig(smollm2_model: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Ser
 
 async def _occupy(service: Service, priority: int = 0, count: int = 1) -> None:
     """Jobs that last seconds on the simulated engine (8 ms a step x 400 tokens); admission
-    has seen its forecasts come true and a waiting job turn late (it refuses only on a
+    has seen its forecasts come true and enough waiting jobs turn late (it refuses only on a
     forecast whose error it knows, and only in overload: [slo] refuse_after_late)."""
     for _ in range(count):
         job = service.new_job([1, 2], SamplingSpec(max_tokens=400, ignore_eos=True), priority,
@@ -56,7 +56,8 @@ async def _occupy(service: Service, priority: int = 0, count: int = 1) -> None:
         await asyncio.sleep(0.05)
     forecast = service.scheduler.forecast
     learn_forecast_errors(forecast)
-    forecast.turned_late("late", forecast.now())
+    for k in range(forecast.overload.after_late):
+        forecast.turned_late(f"late-{k}", forecast.now())
 
 
 def test_headers_win_over_the_key_and_the_class() -> None:

@@ -58,7 +58,8 @@ async def closed_loop(base_url: str, model: str, streams: int, seconds: float,
 
 def measure(system: System, settings: Settings, args: argparse.Namespace, round_: int
             ) -> tuple[list[float], int]:
-    """(seconds of the decode-only steps at batch --streams, requests done) of one start."""
+    """(seconds of the decode-only steps at the full batch, min(--streams, --max-num-seqs),
+    requests done) of one start of `system`."""
     server = Server(system, settings, args.out, log_suffix=f"-{round_}")
     try:
         server.wait_ready()

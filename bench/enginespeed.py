@@ -140,14 +140,18 @@ def from_step_lines(lines: Iterable[str]) -> DecodeSpeed | None:
 def steps_at(lines: Iterable[str], batch: int) -> list[float]:
     """Seconds of each decode-only step (as from_step_lines) that decoded exactly `batch`
     requests, from a server's step lines."""
-    steps = (_step(line) for line in lines)
-    return [step[3] for step in steps
-            if step is not None and step[0] == 0 and step[1] == step[2] == batch]
+    steps = (step for line in lines if (step := _step(line)) is not None)
+    return [seconds for requests, seconds in _decode_only(steps) if requests == batch]
+
+
+def _decode_only(steps: Iterable[Step]) -> list[tuple[int, float]]:
+    """(requests, seconds) of the decode-only steps: no prompt in them, one token each."""
+    return [(requests, seconds) for context, requests, tokens, seconds in steps
+            if context == 0 and 0 < requests == tokens]
 
 
 def _speed(steps: Iterable[Step]) -> DecodeSpeed | None:
-    decoding = [(requests, seconds) for context, requests, tokens, seconds in steps
-                if context == 0 and 0 < requests == tokens]
+    decoding = _decode_only(steps)
     if not decoding:
         return None
     batch, step = (np.asarray(values) for values in zip(*decoding, strict=True))

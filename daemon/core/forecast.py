@@ -164,13 +164,13 @@ class Forecaster:
             ahead = self.ahead_of(job, pending)
             behind = self._wait_behind(job, ahead)
             wait, memory = behind.s, behind.memory
-            refusal = self._refusal(job, behind, bool(ahead))
+            refusal = self._refusal(job, behind, len(ahead))
             if refusal is not None and refusal.forecast != "none":
                 self.overload.refused(self.now())  # the overload goes on
             if refusal is not None and self.enforce:
                 raise SloUnreachable(refusal)
             if refusal is not None:  # shadow mode: served, and its outcome counted
-                job.would_refuse = refusal.cause
+                job.would_refuse, job.would_refuse_why = refusal.cause, refusal.explain()
         victim = None
         if queued - len(shedding) >= max_waiting:
             victim = self.waiting.sheddable_for(job, shedding)
@@ -192,11 +192,11 @@ class Forecaster:
         if job.slo is None:
             return None
         ahead = self.ahead_of(job, pending)
-        return self._refusal(job, self._wait_behind(job, ahead), bool(ahead))
+        return self._refusal(job, self._wait_behind(job, ahead), len(ahead))
 
-    def _refusal(self, job: Job, wait: Wait, queued: bool) -> slo.Refusal | None:
-        """Why `job`, forecast to start after `wait` (with jobs `queued` ahead of it or
-        not), cannot meet its objective. A forecast refuses only once its error is learned
+    def _refusal(self, job: Job, wait: Wait, ahead: int) -> slo.Refusal | None:
+        """Why `job`, forecast to start after `wait` (with `ahead` jobs before it), cannot
+        meet its objective. A forecast refuses only once its error is learned
         (margin()): cold, it erred either way, and half the refusals made on it were wrong
         (48 refusals, 25 missed, in four shadow runs at 0.5x and 0.8x; learned, 198 of 210
         missed). Under work-conserving admission a wait with nothing queued ahead (the
@@ -208,7 +208,7 @@ class Forecaster:
         refusals at 0.2x met their objective. Figures before:
         docs/results/2026-11-28-cold-forecasts.md."""
         early = wait.memory and any(lane.work_conserving for lane in self.lanes)
-        if early and not queued:
+        if early and not ahead:
             seconds, memory = 0.0, False
         elif early:
             seconds, memory = wait.queue_s, False
@@ -216,15 +216,14 @@ class Forecaster:
             seconds, memory = wait.s, wait.memory
         if not self.learned(memory) or not self.overloaded():
             seconds = 0.0
-        refusal = slo.refusal(job, self._start_s(job, seconds, memory), self.estimates.policy,
-                              self.decode_step_s())
+        margin = self.margin(memory) if seconds else COLD_RATIO
+        waited = self.now() - job.arrival_time
+        start_s = waited + max(seconds, RATIO_FLOOR_S) * margin if seconds else waited
+        refusal = slo.refusal(job, start_s, self.estimates.policy, self.decode_step_s())
         if refusal is None or not seconds:
             return refusal
-        return refusal._replace(forecast="memory" if memory else "queue")
-
-    def _start_s(self, job: Job, wait: float, memory: bool = False) -> float:
-        margin = max(wait, RATIO_FLOOR_S) * self.margin(memory) if wait > 0 else 0.0
-        return self.now() - job.arrival_time + margin
+        return refusal._replace(forecast="memory" if memory else "queue", wait_s=seconds,
+                                margin=margin, ahead=ahead)
 
     def wait_s(self, job: Job, pending: Iterable[Job] = ()) -> float:
         """The forecast wait of a new job with an objective, from now: until the jobs ahead

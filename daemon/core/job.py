@@ -156,6 +156,7 @@ class Job:
     # "ttft:none", "tpot") where it only counts refusals ([slo] enforce = false, shadow
     # mode); None: it would have been accepted.
     would_refuse: str | None = None
+    would_refuse_why: str = ""  # slo.Refusal.explain(): the forecast it would be refused on
     # Its last preemption saved its KV to kvstore (the executor said so when it stopped;
     # kv_residency may change later): the next resume counts as an offloaded one.
     kv_offloaded: bool = False

@@ -22,8 +22,7 @@ class SloUnreachable(Exception):
     at once, before any engine work."""
 
     def __init__(self, refusal: Refusal) -> None:
-        super().__init__(f"predicted {refusal.reason} {refusal.predicted_s * 1000:.0f} ms "
-                         "exceeds the request's objective")
+        super().__init__(f"{refusal.explain()} exceeds the request's objective")
         self.refusal = refusal
 
 

@@ -40,11 +40,25 @@ class Refusal(NamedTuple):
     # "queue": the slot forecast (the work ahead); "memory": the KV bound (its context
     # finding room); "none": no wait forecast (the time since arrival and the prefill)
     forecast: str = "none"
+    wait_s: float = 0.0  # that forecast's wait from now (s), before the margin
+    margin: float = 1.0  # the learned ratio (real / forecast wait) it was scaled by
+    ahead: int = 0  # jobs forecast to start before it
 
     @property
     def cause(self) -> str:
         """"ttft:queue", "ttft:memory", "ttft:none" or "tpot": a metric label."""
         return f"ttft:{self.forecast}" if self.reason == "ttft" else self.reason
+
+    def explain(self) -> str:
+        """The prediction and the forecast it came from, for a 429's message and the log."""
+        if self.reason == "tpot":
+            return f"predicted time per output token {self.predicted_s * 1000:.0f} ms"
+        text = f"predicted time to first token {self.predicted_s * 1000:.0f} ms"
+        if self.forecast == "none":
+            return text
+        jobs = "1 job" if self.ahead == 1 else f"{self.ahead} jobs"
+        return (f"{text} ({self.forecast} forecast: a wait of {self.wait_s * 1000:.0f} ms "
+                f"behind {jobs}, x margin {self.margin:.2f})")
 
 
 class Prediction(NamedTuple):

@@ -84,9 +84,8 @@ def _values(headers: Mapping[str, str], name: str) -> list[str]:
 def refused(exc: SloUnreachable) -> ApiError:
     """429 for a request that cannot meet its objective, before any engine work."""
     r = exc.refusal
-    part = "time to first token" if r.reason == "ttft" else "time per output token"
-    err = ApiError(429, f"cannot meet the request's latency objective: predicted {part} "
-                        f"{r.predicted_s * 1000:.0f} ms; retry later", "rate_limit_error",
+    err = ApiError(429, f"cannot meet the request's latency objective: {r.explain()}; "
+                        "retry later", "rate_limit_error",
                    code="slo_unreachable", retry_after_s=max(math.ceil(r.retry_after_s), 1))
     err.headers[DROPPED_HEADER] = SATURATED
     return err

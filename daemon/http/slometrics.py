@@ -4,6 +4,7 @@ request (what a router reads to pick the pod that meets a deadline)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 
@@ -15,6 +16,8 @@ from daemon.core.job import Job, JobStatus
 from daemon.core.overload import LATE_HORIZON_S
 from daemon.core.scheduler import Scheduler
 from daemon.core.slo import Refusal, attainment
+
+log = logging.getLogger(__name__)
 
 # Seconds of slack (objective minus actual): negative = missed by that much.
 _SLACK_BUCKETS = (-10, -2.5, -1, -0.5, -0.25, -0.1, -0.05, -0.01, 0, 0.01, 0.05, 0.1, 0.25,
@@ -71,6 +74,10 @@ class SloMetrics:
         self.requests.labels(priority, "met" if met else "missed").inc()
         if job.would_refuse is not None:
             self.shadow.labels(priority, "met" if met else "missed", job.would_refuse).inc()
+            first = ("no first token" if job.first_token_time is None else "first token after "
+                     f"{(job.first_token_time - job.arrival_time) * 1000:.0f} ms")
+            log.info("shadow mode: %s would have been refused (%s); %s, %s", job.job_id,
+                     job.would_refuse_why, first, "met" if met else "missed")
 
 
 class PredictedTtftCollector(Collector):

@@ -251,6 +251,10 @@ async def test_admission_refuses_only_what_misses_even_at_an_early_start() -> No
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.95))) is None
     refused = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.85)))
     assert refused is not None and refused.predicted_s == pytest.approx(0.9, abs=0.02)
+    # what it was refused on: a wait of 1 s behind nothing waiting, x the margin
+    assert refused.forecast == "queue" and refused.ahead == 0
+    assert refused.wait_s == pytest.approx(1.0, abs=0.02)
+    assert refused.margin == pytest.approx(0.9, abs=0.01)
     forecast.refuse_quantile = 10.0
     assert forecast.margin() == pytest.approx(float(np.percentile(ratios, 10)), abs=0.01)
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.35))) is None

@@ -6,6 +6,8 @@ latency in the response headers, attainment and refusals in /metrics."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -138,6 +140,11 @@ async def test_unreachable_ttft_is_refused_at_once_before_any_engine_work(
     elapsed = time.perf_counter() - started
     assert refused.status_code == 429, refused.text
     assert refused.json()["error"]["code"] == "slo_unreachable"
+    # the forecast it was refused on: the running job's end (the waiting one is best effort,
+    # behind it), x the margin learned
+    assert re.search(r"predicted time to first token \d+ ms \(queue forecast: a wait of "
+                     r"\d+ ms behind 0 jobs, x margin 1\.00\)",
+                     refused.json()["error"]["message"])
     assert int(refused.headers["retry-after"]) >= 1
     assert refused.headers[DROPPED_HEADER] == "rejected-saturated"
     assert service.scheduler.num_jobs == jobs  # never became a job
@@ -196,17 +203,23 @@ async def test_a_sheddable_class_gives_its_room_to_a_more_urgent_request_only(
 
 @pytest.mark.asyncio
 async def test_shadow_mode_serves_what_it_would_refuse_and_counts_how_it_went(
-        rig: tuple[httpx.AsyncClient, Service]) -> None:
+        rig: tuple[httpx.AsyncClient, Service], caplog: pytest.LogCaptureFixture) -> None:
     """[slo] enforce = false (applied as a reload would): the request the test above refuses
     is served, and /metrics counts it as a would-be refusal that missed its objective (a
-    right refusal); nothing is counted refused."""
+    right refusal); nothing is counted refused. The log says what it would have been
+    refused on and how it went."""
     http, service = rig
     service.apply(msgspec.structs.replace(
         service.config, slo=SloConfig(classes=CLASSES, enforce=False)))
     await _occupy(service, count=1)
-    served = await http.post("/v1/chat/completions", json=ASK, headers={TTFT_HEADER: "50"})
-    assert served.status_code == 200, served.text
-    metrics = (await http.get("/metrics")).text
+    with caplog.at_level(logging.INFO, logger="daemon.http.slometrics"):
+        served = await http.post("/v1/chat/completions", json=ASK,
+                                 headers={TTFT_HEADER: "50"})
+        assert served.status_code == 200, served.text
+        metrics = (await http.get("/metrics")).text
+    assert re.search(r"would have been refused \(predicted time to first token \d+ ms "
+                     r"\(queue forecast: a wait of \d+ ms behind 0 jobs, x margin 1\.00\)\); "
+                     r"first token after \d+ ms, missed", caplog.text), caplog.text
     assert ('lengthwise_slo_shadow_refusals_total{cause="ttft:queue",outcome="missed",'
             'priority="0"} 1.0' in metrics), metrics
     assert 'outcome="refused"' not in metrics

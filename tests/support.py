@@ -20,7 +20,8 @@ import pytest
 
 from bench import promtext
 from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig
-from daemon.core.forecast import MIN_ERRORS, Forecaster
+from daemon.core.forecast import Forecaster
+from daemon.core.promises import MIN_ERRORS
 from daemon.core.stream import JobEnd, OutputStream, TokenDelta
 from daemon.http.app import build_app
 from daemon.service import Service
@@ -205,7 +206,8 @@ def learn_forecast_errors(forecast: Forecaster, ratio: float = 1.0,
     """As if MIN_ERRORS promised starts had just come `ratio` x their forecast waits (of the
     work ahead, or `memory`'s bound): admission refuses on a forecast only once its error is
     learned."""
-    forecast._errors[memory].extend([(forecast.now(), ratio)] * MIN_ERRORS)
+    for _ in range(MIN_ERRORS):
+        forecast.promises.record(memory, forecast.now(), ratio)
 
 
 async def read_to_end(stream: OutputStream, timeout_s: float = 120.0

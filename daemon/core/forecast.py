@@ -2,13 +2,13 @@
 predicted-latency response headers and the per-executor predicted TTFT a router reads.
 
 Admission learns its own error: each job with a TTFT objective accepted in overload is
-promised a start some forecast wait from now; when it starts (or turns late) its real wait
-over the forecast one is a sample. A refusal must be right (the issue-39 target: >= 90 % of
-the refused would have missed), so admission refuses only a job that misses even if it
+promised a start some forecast wait from now, and the start's real wait over the forecast
+one is a sample (core/promises.py). A refusal must be right (the issue-39 target: >= 90 %
+of the refused would have missed), so admission refuses only a job that misses even if it
 starts as early, relative to its forecast, as the `refuse_quantile` percentile ([slo]
-refuse_quantile, a benchmark knob; the median) of the last ERROR_WINDOW samples of the last
-ERROR_HORIZON_S, and nothing on a forecast with fewer than MIN_ERRORS such samples (cold:
-half the refusals made on it at face value were wrong). Where every lane admits by the KV
+refuse_quantile, a benchmark knob; the median) of the recent samples, and nothing on a
+forecast with fewer than MIN_ERRORS such samples (cold: half the refusals made on it at
+face value were wrong). Where every lane admits by the KV
 held now (work-conserving memory admission), one forecast plays that admission forward: the
 jobs ahead start as their contexts find room and end at their predicted service
 (admission.seconds_until_started). Elsewhere the errors are learned apart for waits bound by
@@ -24,8 +24,7 @@ The error is relative because it grows with the work forecast ahead (each job's 
 service errs); and a job that would start now (a free slot, its KV fits) is never refused,
 so that a ratio learned in a bad spell cannot refuse everything while the engine idles; such
 a job is promised nothing either (the ratio is learned from the forecasts it applies to).
-The horizon lets a ratio lapse. A job that ends without starting (cancelled, shed) or is
-refused leaves no promise behind.
+The horizon (ERROR_HORIZON_S) lets a ratio lapse.
 
 Read-only over the core's state (the waiting set, the lanes, the estimates): called from
 the core's loop and from the HTTP handlers on the same event loop, it changes nothing.
@@ -33,12 +32,9 @@ the core's loop and from the HTTP handlers on the same event loop, it changes no
 
 from __future__ import annotations
 
-import collections
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
-
-import numpy as np
 
 from daemon.core import admission, decisions, slo
 from daemon.core.estimates import Estimates
@@ -46,15 +42,10 @@ from daemon.core.job import Job
 from daemon.core.lanes import Lane
 from daemon.core.overload import Overload
 from daemon.core.ports import QueueFull, SloUnreachable
+from daemon.core.promises import COLD_RATIO, RATIO_FLOOR_S, Promises
 from daemon.core.waitqueue import WaitQueue
 
-ERROR_WINDOW = 256  # most recent start errors it reads
-MIN_ERRORS = 8  # errors before they are used
-COLD_RATIO = 1.0  # margin() shown before that (the forecast as it is); nothing is refused
-RATIO_FLOOR_S = 0.1  # a forecast wait (but none) shorter than this counts as this
-ERROR_HORIZON_S = 30.0  # errors older than this no longer count
 MEMORY_AHEAD = 64  # jobs ahead the KV-fit bound places (the slot forecast counts them all)
-_MAX_PROMISES = 4096  # promises kept (each leaves when its job starts or ends: a safety cap)
 
 
 class Wait(NamedTuple):
@@ -88,14 +79,7 @@ class Forecaster:
         # ([slo] refuse_quantile): a refused job misses even at a start this early.
         self.refuse_quantile = 50.0
         self.overload = Overload()  # whether a forecast of the queue may refuse at all
-        # accepted job id -> (loop time of its admission, its forecast wait (s), whether
-        # the wait was the memory bound's)
-        self._promised: dict[str, tuple[float, float, bool]] = {}
-        # (loop time, real / forecast wait) of the latest starts admission promised, apart
-        # for forecasts of the work ahead (False) and of the memory bound (True): they err
-        # apart.
-        self._errors: dict[bool, collections.deque[tuple[float, float]]] = {
-            memory: collections.deque(maxlen=ERROR_WINDOW) for memory in (False, True)}
+        self.promises = Promises()  # the starts promised, and how they came true
 
     def _service_s(self, job: Job) -> float:
         """A job's predicted service; the typical one while it has no prediction yet."""
@@ -180,9 +164,7 @@ class Forecaster:
         if (wait and math.isfinite(wait) and job.slo is not None and job.slo.ttft_s is not None
                 and self.waiting.by_slack):
             # accepted to wait, in the forecast's order (by_slack): its promise, no margin
-            self._promised[job.job_id] = (self.now(), wait, memory)
-            if len(self._promised) > _MAX_PROMISES:
-                del self._promised[next(iter(self._promised))]  # the oldest
+            self.promises.promise(job.job_id, self.now(), wait, memory)
         return None if victim is None else victim.job_id
 
     def refusal(self, job: Job, pending: Iterable[Job] = ()) -> slo.Refusal | None:
@@ -311,43 +293,25 @@ class Forecaster:
         return admission.seconds_until_fits(lane.capacity, lane.kv, ends, tokens, context,
                                             first)
 
-    def started(self, job_id: str, now: float) -> None:
-        """A job admission promised a start to started (or turned late) at `now`."""
-        promised = self._promised.pop(job_id, None)
-        if promised is None:
-            return
-        admitted, wait, memory = promised
-        self._errors[memory].append((now, (now - admitted) / max(wait, RATIO_FLOOR_S)))
-
     def turned_late(self, job_id: str, now: float) -> None:
         """A waiting job with an objective passed its latest start at `now`: a sample of
-        its promise's error (started), and a sign of overload."""
+        its promise's error (Promises.started), and a sign of overload."""
         self.overload.turned_late(now)
-        self.started(job_id, now)
+        self.promises.started(job_id, now)
 
     def overloaded(self) -> bool:
         """Whether a forecast of the queue may refuse now (Overload.active)."""
         return self.overload.active(self.now())
 
-    def forget(self, job_id: str) -> None:
-        """A job ended without starting: its promise is no sample."""
-        self._promised.pop(job_id, None)
-
     def margin(self, memory: bool = False) -> float:
         """The learned margin (a ratio, refuse_quantile of real / forecast wait) of
-        forecasts of the work ahead, or (`memory`) of the memory bound, from the errors of
-        the last ERROR_HORIZON_S; COLD_RATIO before it is learned."""
-        if not self.learned(memory):
-            return COLD_RATIO
-        return float(np.percentile([e for _, e in self._errors[memory]],
-                                   self.refuse_quantile))
+        forecasts of the work ahead, or (`memory`) of the memory bound; COLD_RATIO before
+        it is learned."""
+        return self.promises.margin(memory, self.now(), self.refuse_quantile)
 
     def learned(self, memory: bool = False) -> bool:
-        """At least MIN_ERRORS errors of that forecast in the last ERROR_HORIZON_S."""
-        errors = self._errors[memory]
-        while errors and errors[0][0] < self.now() - ERROR_HORIZON_S:
-            errors.popleft()
-        return len(errors) >= MIN_ERRORS
+        """At least MIN_ERRORS samples of that forecast (Promises.learned)."""
+        return self.promises.learned(memory, self.now())
 
     def decode_step_s(self) -> float:
         """A decode step of the batch a new job would join now (the fullest serving lane's

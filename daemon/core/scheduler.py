@@ -360,7 +360,7 @@ class Scheduler:
         lane.commands.put_nowait(decisions.launch(job, lane, self.policy, self.now(), kv_tokens,
                                                   stream))
         self.estimates.launched(kv_tokens)
-        self.forecast.started(job.job_id, self.now())
+        self.forecast.promises.started(job.job_id, self.now())
 
     def _preempt(self, job: Job, ctx: DispatchContext) -> None:
         """Stop the job at its next token boundary, with the policy's word on where its KV
@@ -410,7 +410,7 @@ class Scheduler:
         job.finish_time = self.now()
         job.finish_reason = reason
         self._jobs.pop(job.job_id, None)
-        self.forecast.forget(job.job_id)  # (started ones were taken back already)
+        self.forecast.promises.forget(job.job_id)  # (started ones were taken back already)
         self._streams.pop(job.job_id).finish(reason, error, dropped)
         self.estimates.job_ended(job)
         if self._ended is not None:

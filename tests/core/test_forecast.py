@@ -12,11 +12,11 @@ import pytest
 from daemon.core.admission import MIN_OBSERVED
 from daemon.core.costmodel import CostModel
 from daemon.core.events import Capacity, Event
-from daemon.core.forecast import COLD_RATIO, ERROR_HORIZON_S, MIN_ERRORS
 from daemon.core.job import Job, JobStatus, SamplingSpec, Slo
 from daemon.core.lanes import Lane
 from daemon.core.overload import LATE_HORIZON_S
 from daemon.core.ports import SloUnreachable
+from daemon.core.promises import COLD_RATIO, ERROR_HORIZON_S, MIN_ERRORS
 from daemon.core.scheduler import Scheduler
 from daemon.core.settings import SchedulerConfig
 from policies.fcfs import FCFS
@@ -101,13 +101,13 @@ async def test_promises_made_below_overload_teach_nothing() -> None:
     core.waiting.order_by_slack(False)
     below = _job("b", 5, now, slo=Slo(ttft_s=5.0))
     assert forecast.admit(below, [], 0, 10, set()) is None
-    forecast.started(below.job_id, now + 3.0)
-    assert not any(forecast._errors.values())
+    forecast.promises.started(below.job_id, now + 3.0)
+    assert not forecast.promises.ratios(False, now)
     core.waiting.order_by_slack(True)
     over = _job("o", 5, now, slo=Slo(ttft_s=5.0))
     assert forecast.admit(over, [], 0, 10, set()) is None
-    forecast.started(over.job_id, now + 3.0)
-    assert [ratio for _, ratio in forecast._errors[False]] == [pytest.approx(3.0, abs=0.05)]
+    forecast.promises.started(over.job_id, now + 3.0)
+    assert forecast.promises.ratios(False, now) == [pytest.approx(3.0, abs=0.05)]
 
 
 @pytest.mark.asyncio
@@ -219,13 +219,13 @@ async def test_admission_scales_waits_by_the_errors_it_has_seen() -> None:
     for k in range(MIN_ERRORS):  # each started 1.5 s after its admission
         job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=5.0))
         assert forecast.admit(job, [], 0, 10, set()) is None
-        forecast.started(job.job_id, now + 1.5)
+        forecast.promises.started(job.job_id, now + 1.5)
     assert forecast.margin() == pytest.approx(1.5, abs=0.01)
     idle = _core().forecast  # a job that would start now is promised nothing
     admitted = _job("i", 5, now, slo=Slo(ttft_s=5.0))
     assert idle.admit(admitted, [], 0, 10, set()) is None
-    idle.started(admitted.job_id, now + 3.0)
-    assert not any(idle._errors.values())
+    idle.promises.started(admitted.job_id, now + 3.0)
+    assert not idle.promises.ratios(False, now)
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.6))) is None
     refusal = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.4)))
     assert refusal is not None and refusal.predicted_s == pytest.approx(1.5, abs=0.02)
@@ -246,7 +246,7 @@ async def test_admission_refuses_only_what_misses_even_at_an_early_start() -> No
     for k, ratio in enumerate(ratios):
         job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=60.0))
         assert forecast.admit(job, [], 0, 10, set()) is None
-        forecast.started(job.job_id, now + ratio)
+        forecast.promises.started(job.job_id, now + ratio)
     assert forecast.margin() == pytest.approx(0.9, abs=0.01)
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.95))) is None
     refused = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.85)))
@@ -337,7 +337,7 @@ async def test_waits_bound_by_memory_learn_their_own_error(admission: str) -> No
         for k in range(count):  # forecast 2 s (memory), started after 2 s x ratio
             job = wide(f"j{ratio}-{k}", 60.0)
             assert forecast.admit(job, [], 0, 10, set()) is None
-            forecast.started(job.job_id, now + 2.0 * ratio)
+            forecast.promises.started(job.job_id, now + 2.0 * ratio)
 
     # Under work-conserving admission, with jobs ahead the wait is one forecast of the work
     # ahead and the room together (a "queue" one); under peak admission the memory bound.
@@ -384,7 +384,7 @@ async def test_a_ratio_from_a_bad_spell_refuses_no_job_that_would_start_now() ->
     for k in range(MIN_ERRORS):
         job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=60.0))
         forecast.admit(job, [], 0, 10, set())
-        forecast.started(job.job_id, now + 30)  # 30x the forecast wait each
+        forecast.promises.started(job.job_id, now + 30)  # 30x the forecast wait each
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=5.0))) is not None
     del core.lanes[0].running["r"]  # the slot is free: it would start now
     assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.5))) is None

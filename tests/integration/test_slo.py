@@ -15,7 +15,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from daemon.core.forecast import MIN_ERRORS
+from daemon.core.promises import MIN_ERRORS
 from daemon.http.slo import DROPPED_HEADER, TPOT_HEADER, TTFT_HEADER
 from tests.support import DaemonProcess
 

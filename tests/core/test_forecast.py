@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import math
 
-import numpy as np
 import pytest
 
 from daemon.core.admission import MIN_OBSERVED
@@ -16,7 +15,6 @@ from daemon.core.job import Job, JobStatus, SamplingSpec, Slo
 from daemon.core.lanes import Lane
 from daemon.core.overload import LATE_HORIZON_S
 from daemon.core.ports import SloUnreachable
-from daemon.core.promises import COLD_RATIO, ERROR_HORIZON_S, MIN_ERRORS
 from daemon.core.scheduler import Scheduler
 from daemon.core.settings import SchedulerConfig
 from policies.fcfs import FCFS
@@ -27,7 +25,7 @@ COST = CostModel(prefill_base_s=0.0, prefill_per_token_s=0.0, decode_base_s=0.01
                  decode_per_seq_s=0.0, decode_per_context_token_s=0.0)
 
 
-def _core(admission: str = "work-conserving") -> Scheduler:
+def frozen_core(admission: str = "work-conserving") -> Scheduler:
     """A core whose clock stands still: a forecast counts the time since a job's arrival,
     and a loaded machine can take tens of ms between two lines of a test."""
     inbox: asyncio.Queue[Event] = asyncio.Queue()
@@ -40,7 +38,7 @@ def _core(admission: str = "work-conserving") -> Scheduler:
     return core
 
 
-def _job(name: str, tokens: float, now: float, priority: int = 0,
+def new_job(name: str, tokens: float, now: float, priority: int = 0,
          slo: Slo | None = None) -> Job:
     return Job(name, [1, 2], SamplingSpec(max_tokens=1000), arrival_time=now,
                priority=priority, predicted_output_tokens=tokens, enqueue_time=now, slo=slo)
@@ -48,16 +46,16 @@ def _job(name: str, tokens: float, now: float, priority: int = 0,
 
 @pytest.mark.asyncio
 async def test_a_new_request_starts_after_the_running_job_and_the_work_ahead() -> None:
-    core = _core()
+    core = frozen_core()
     now = core.now()
     forecast = core.forecast
-    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.1)), []) is None  # idle
-    core.lanes[0].running["r"] = _job("r", 100, now)  # 1 s left
-    urgent = _job("u", 50, now, priority=-1)  # a more urgent class: 0.5 s more
-    best_effort = _job("b", 500, now)  # behind any job with an objective
+    assert forecast.refusal(new_job("n", 5, now, slo=Slo(ttft_s=0.1)), []) is None  # idle
+    core.lanes[0].running["r"] = new_job("r", 100, now)  # 1 s left
+    urgent = new_job("u", 50, now, priority=-1)  # a more urgent class: 0.5 s more
+    best_effort = new_job("b", 500, now)  # behind any job with an objective
     for job in (urgent, best_effort):
         core.waiting.push(job)
-    new = _job("n", 5, now, slo=Slo(ttft_s=1.0))
+    new = new_job("n", 5, now, slo=Slo(ttft_s=1.0))
     assert forecast.ahead_of(new) == [urgent]
     assert forecast.wait_s(new) == pytest.approx(1.5, abs=0.05)
     assert forecast.refusal(new) is None  # no start seen yet: its error is unknown
@@ -66,11 +64,11 @@ async def test_a_new_request_starts_after_the_running_job_and_the_work_ahead() -
     assert refusal is not None and refusal.cause == "ttft:queue"  # the work ahead said so
     assert refusal.predicted_s == pytest.approx(1.5, abs=0.05)
     assert refusal.retry_after_s == pytest.approx(0.5, abs=0.05)
-    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.6))) is None
+    assert forecast.refusal(new_job("n", 5, now, slo=Slo(ttft_s=1.6))) is None
     # Arrived, not yet queued: counted when of its class or a more urgent one.
-    pending = _job("p", 100, now)
+    pending = new_job("p", 100, now)
     assert forecast.ahead_of(new, [pending]) == [urgent, pending]
-    assert forecast.ahead_of(new, [_job("q", 100, now, priority=3)]) == [urgent]
+    assert forecast.ahead_of(new, [new_job("q", 100, now, priority=3)]) == [urgent]
 
 
 @pytest.mark.asyncio
@@ -78,58 +76,39 @@ async def test_on_time_jobs_of_its_class_ahead_by_slack_only_in_overload() -> No
     """Below overload the on-time jobs of its class wait in the policy's order, where a
     request not yet predicted has no place: all count as ahead. In overload they wait by
     slack: only those that must start earlier."""
-    core = _core()
+    core = frozen_core()
     now = core.now()
-    tight, relaxed = (_job(name, 5, now, slo=Slo(ttft_s=s)) for name, s in
+    tight, relaxed = (new_job(name, 5, now, slo=Slo(ttft_s=s)) for name, s in
                       (("tight", 0.5), ("relaxed", 5.0)))
     core.waiting.order_by_slack(False)
     for job in (relaxed, tight):
         core.waiting.push(job)
-    new = _job("n", 5, now, slo=Slo(ttft_s=1.0))
+    new = new_job("n", 5, now, slo=Slo(ttft_s=1.0))
     assert {job.job_id for job in core.forecast.ahead_of(new)} == {"tight", "relaxed"}
     core.waiting.order_by_slack(True)
     assert core.forecast.ahead_of(new) == [tight]
 
 
 @pytest.mark.asyncio
-async def test_promises_made_below_overload_teach_nothing() -> None:
-    """Below overload the queue is not in the forecast's order: a start then is no sample
-    of the forecast's error."""
-    core = _core()
-    forecast, now = core.forecast, core.now()
-    core.lanes[0].running["r"] = _job("r", 100, now)  # a forecast wait of 1 s
-    core.waiting.order_by_slack(False)
-    below = _job("b", 5, now, slo=Slo(ttft_s=5.0))
-    assert forecast.admit(below, [], 0, 10, set()) is None
-    forecast.promises.started(below.job_id, now + 3.0)
-    assert not forecast.promises.ratios(False, now)
-    core.waiting.order_by_slack(True)
-    over = _job("o", 5, now, slo=Slo(ttft_s=5.0))
-    assert forecast.admit(over, [], 0, 10, set()) is None
-    forecast.promises.started(over.job_id, now + 3.0)
-    assert forecast.promises.ratios(False, now) == [pytest.approx(3.0, abs=0.05)]
-
-
-@pytest.mark.asyncio
 async def test_a_new_request_waits_until_its_kv_fits() -> None:
     """Under memory admission by the projected peak a free slot is not enough: a job whose
     footprint does not fit beside the running ones starts when enough of them have ended."""
-    core = _core("peak")
+    core = frozen_core("peak")
     lane, now = core.lanes[0], core.now()
     lane.set_capacity(Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8), None)
     for name, tokens in (("short", 50), ("long", 200)):  # 0.5 s and 2 s left, 4 blocks each
-        job = _job(name, tokens, now)
+        job = new_job(name, tokens, now)
         lane.running[name] = job
         lane.kv.reserve(name, 64, context_tokens=2)
     assert core.estimates.slots(lane) == 8  # by count: a slot is free now
-    small = _job("small", 10, now, slo=Slo(ttft_s=0.4))  # 2 + 10 tokens: one block
+    small = new_job("small", 10, now, slo=Slo(ttft_s=0.4))  # 2 + 10 tokens: one block
     assert core.forecast.wait_s(small) == 0.0
-    big = _job("big", 60, now, slo=Slo(ttft_s=1.0))  # 2 + 60 tokens: four blocks
+    big = new_job("big", 60, now, slo=Slo(ttft_s=1.0))  # 2 + 60 tokens: four blocks
     assert core.forecast.wait_s(big) == pytest.approx(0.5, abs=0.05)  # after "short"
-    huge = _job("huge", 120, now, slo=Slo(ttft_s=1.0))  # 8 blocks: both must end
+    huge = new_job("huge", 120, now, slo=Slo(ttft_s=1.0))  # 8 blocks: both must end
     assert core.forecast.wait_s(huge) == pytest.approx(2.0, abs=0.05)
     # A job ahead of it (a tighter objective) takes what "short" frees first.
-    ahead = _job("ahead", 60, now, slo=Slo(ttft_s=0.5))
+    ahead = new_job("ahead", 60, now, slo=Slo(ttft_s=0.5))
     core.waiting.push(ahead)
     assert core.forecast.ahead_of(big) == [ahead]
     assert core.forecast.wait_s(big) == pytest.approx(2.0, abs=0.05)
@@ -149,31 +128,31 @@ async def test_work_conserving_a_request_that_can_start_now_is_forecast_no_wait(
     """Work-conserving admission: what fits in the KV held now starts now (its wait for the
     projected peak, 0.5 s, is dearer than a recompute), so it is forecast no wait and never
     refused for memory; what does not fit now still waits for the running jobs to end."""
-    core = _core()
+    core = frozen_core()
     lane, now = core.lanes[0], core.now()
     lane.set_capacity(Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8), None)
     for name, tokens in (("short", 50), ("long", 200)):
-        lane.running[name] = _job(name, tokens, now)
+        lane.running[name] = new_job(name, tokens, now)
         lane.kv.reserve(name, 64, context_tokens=2)
-    big = _job("big", 60, now, slo=Slo(ttft_s=0.4))  # 4 blocks at its peak, 2 + 16 now
+    big = new_job("big", 60, now, slo=Slo(ttft_s=0.4))  # 4 blocks at its peak, 2 + 16 now
     assert core.forecast.wait_s(big) == 0.0
     assert core.forecast.refusal(big) is None
-    wide = _job("wide", 60, now, slo=Slo(ttft_s=1.0))
+    wide = new_job("wide", 60, now, slo=Slo(ttft_s=1.0))
     wide.prompt_token_ids = [1] * 150  # 11 blocks now: more than the cache holds beside them
     assert core.forecast.wait_s(wide) == pytest.approx(2.0, abs=0.05)
 
 
 @pytest.mark.asyncio
 async def test_a_running_job_past_its_prediction_is_not_about_to_end() -> None:
-    core = _core()
+    core = frozen_core()
     now = core.now()
-    running = _job("r", 5, now)  # predicted 5 tokens, already 50 generated
+    running = new_job("r", 5, now)  # predicted 5 tokens, already 50 generated
     running.generated_token_ids = [1] * 50
     core.lanes[0].running["r"] = running
-    new = _job("n", 5, now, slo=Slo(ttft_s=10.0))
+    new = new_job("n", 5, now, slo=Slo(ttft_s=10.0))
     assert core.forecast.wait_s(new) == pytest.approx(0.01, abs=0.005)  # its last token
     for n in range(MIN_OBSERVED):  # answers of 100 tokens were seen
-        done = _job(f"d{n}", 5, now)
+        done = new_job(f"d{n}", 5, now)
         done.generated_token_ids = [1] * 100
         done.status, done.finish_reason = JobStatus.FINISHED, "stop"
         core.estimates.footprints.observe(done)
@@ -182,10 +161,10 @@ async def test_a_running_job_past_its_prediction_is_not_about_to_end() -> None:
 
 @pytest.mark.asyncio
 async def test_predicted_latency_of_a_queued_job_and_of_a_lane() -> None:
-    core = _core()
+    core = frozen_core()
     now = core.now()
-    core.lanes[0].running["r"] = _job("r", 100, now)
-    first, second = _job("a", 20, now), _job("b", 30, now + 0.001)
+    core.lanes[0].running["r"] = new_job("r", 100, now)
+    first, second = new_job("a", 20, now), new_job("b", 30, now + 0.001)
     for job in (first, second):
         core.waiting.push(job)
     got = core.forecast.latency(second)  # after r (1 s) and a (0.2 s), then its own 0.3 s
@@ -198,68 +177,16 @@ async def test_predicted_latency_of_a_queued_job_and_of_a_lane() -> None:
 
 @pytest.mark.asyncio
 async def test_only_a_less_urgent_sheddable_job_gives_up_its_room() -> None:
-    core = _core()
+    core = frozen_core()
     now = core.now()
-    older = _job("old", 10, now, priority=5, slo=Slo(sheddable=True))
-    newer = _job("new", 10, now + 1, priority=5, slo=Slo(sheddable=True))
-    keeper = _job("keep", 10, now, priority=9)  # not sheddable
+    older = new_job("old", 10, now, priority=5, slo=Slo(sheddable=True))
+    newer = new_job("new", 10, now + 1, priority=5, slo=Slo(sheddable=True))
+    keeper = new_job("keep", 10, now, priority=9)  # not sheddable
     for job in (older, newer, keeper):
         core.waiting.push(job)
-    assert core.waiting.sheddable_for(_job("x", 1, now), set()) is newer
-    assert core.waiting.sheddable_for(_job("x", 1, now), {"new"}) is older
-    assert core.waiting.sheddable_for(_job("x", 1, now, priority=5), set()) is None
-
-
-@pytest.mark.asyncio
-async def test_admission_scales_waits_by_the_errors_it_has_seen() -> None:
-    core = _core()
-    forecast = core.forecast
-    now = core.now()
-    core.lanes[0].running["r"] = _job("r", 100, now)  # a forecast wait of 1 s
-    for k in range(MIN_ERRORS):  # each started 1.5 s after its admission
-        job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=5.0))
-        assert forecast.admit(job, [], 0, 10, set()) is None
-        forecast.promises.started(job.job_id, now + 1.5)
-    assert forecast.margin() == pytest.approx(1.5, abs=0.01)
-    idle = _core().forecast  # a job that would start now is promised nothing
-    admitted = _job("i", 5, now, slo=Slo(ttft_s=5.0))
-    assert idle.admit(admitted, [], 0, 10, set()) is None
-    idle.promises.started(admitted.job_id, now + 3.0)
-    assert not idle.promises.ratios(False, now)
-    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.6))) is None
-    refusal = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=1.4)))
-    assert refusal is not None and refusal.predicted_s == pytest.approx(1.5, abs=0.02)
-
-
-@pytest.mark.asyncio
-async def test_admission_refuses_only_what_misses_even_at_an_early_start() -> None:
-    """Refusals are meant to be right: with starts at 0.3-2.0x their forecasts, admission
-    refuses on the median of those errors ([slo] refuse_quantile), so a forecast that errs
-    high refuses less than it says: a job whose 1 s forecast wait would miss a 0.95 s
-    objective at face value is accepted; at the 10th percentile only surer misses are
-    refused (a start as early as 0.3x its forecast would still miss)."""
-    core = _core()
-    forecast = core.forecast
-    now = core.now()
-    core.lanes[0].running["r"] = _job("r", 100, now)  # a forecast wait of 1 s
-    ratios = [0.3, 0.3, 0.4, 0.6, 0.8, 1.0, 1.2, 1.5, 1.8, 2.0]
-    for k, ratio in enumerate(ratios):
-        job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=60.0))
-        assert forecast.admit(job, [], 0, 10, set()) is None
-        forecast.promises.started(job.job_id, now + ratio)
-    assert forecast.margin() == pytest.approx(0.9, abs=0.01)
-    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.95))) is None
-    refused = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.85)))
-    assert refused is not None and refused.predicted_s == pytest.approx(0.9, abs=0.02)
-    # what it was refused on: a wait of 1 s behind nothing waiting, x the margin
-    assert refused.forecast == "queue" and refused.ahead == 0
-    assert refused.wait_s == pytest.approx(1.0, abs=0.02)
-    assert refused.margin == pytest.approx(0.9, abs=0.01)
-    forecast.refuse_quantile = 10.0
-    assert forecast.margin() == pytest.approx(float(np.percentile(ratios, 10)), abs=0.01)
-    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.35))) is None
-    refused = forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.25)))
-    assert refused is not None and refused.predicted_s == pytest.approx(0.3, abs=0.02)
+    assert core.waiting.sheddable_for(new_job("x", 1, now), set()) is newer
+    assert core.waiting.sheddable_for(new_job("x", 1, now), {"new"}) is older
+    assert core.waiting.sheddable_for(new_job("x", 1, now, priority=5), set()) is None
 
 
 @pytest.mark.asyncio
@@ -271,16 +198,16 @@ async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
     by slack while it lasts (WaitQueue.order_by_slack), the forecast's order.
     A refusal that needs no forecast (the objective missed by the time waited already)
     stands either way."""
-    core = _core()
+    core = frozen_core()
     forecast, now = core.forecast, core.now()
     forecast.overload.after_late = 2
     core.waiting.order_by_slack(False)
-    core.lanes[0].running["r"] = _job("r", 100, now)  # a forecast wait of 1 s
+    core.lanes[0].running["r"] = new_job("r", 100, now)  # a forecast wait of 1 s
     learn_forecast_errors(forecast)
-    new = _job("n", 5, now, slo=Slo(ttft_s=0.5))
+    new = new_job("n", 5, now, slo=Slo(ttft_s=0.5))
     assert forecast.refusal(new) is None  # the queue has failed nobody yet
     for k in range(2):  # two on-time jobs whose latest start has passed
-        core.waiting.push(_job(f"late{k}", 5, now - 10.0, slo=Slo(ttft_s=1.0)))
+        core.waiting.push(new_job(f"late{k}", 5, now - 10.0, slo=Slo(ttft_s=1.0)))
     core.dispatch()
     assert len(core.waiting) == 2 and all(job.slo_missed for job in core.waiting)
     assert forecast.overloaded() and core.waiting.by_slack
@@ -289,7 +216,7 @@ async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
     later = now + 0.9 * LATE_HORIZON_S
     forecast.now = lambda: later  # type: ignore[method-assign]
     with pytest.raises(SloUnreachable):  # a refusal: the overload goes on from it
-        forecast.admit(_job("m", 5, later, slo=Slo(ttft_s=0.5)), [], 0, 10, set())
+        forecast.admit(new_job("m", 5, later, slo=Slo(ttft_s=0.5)), [], 0, 10, set())
     forecast.now = lambda: now + LATE_HORIZON_S + 1.0  # type: ignore[method-assign]
     assert forecast.overloaded()
     forecast.now = lambda: later + LATE_HORIZON_S + 1.0  # type: ignore[method-assign]
@@ -297,63 +224,8 @@ async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
     assert not forecast.overloaded()
     core.dispatch()
     assert not core.waiting.by_slack  # the policy's order again
-    waited = _job("w", 5, now - 2.0, slo=Slo(ttft_s=0.5))  # 0.5 s objective, 2 s waited
+    waited = new_job("w", 5, now - 2.0, slo=Slo(ttft_s=0.5))  # 0.5 s objective, 2 s waited
     assert forecast.refusal(waited) is not None
-
-
-@pytest.mark.parametrize("admission", ["work-conserving", "peak"])
-@pytest.mark.asyncio
-async def test_waits_bound_by_memory_learn_their_own_error(admission: str) -> None:
-    """A forecast bound by the KV fitting errs apart from one of the work ahead, and learns
-    its own margin. Under peak admission it refuses once that error is learned (before,
-    the slot forecast stands); starts sooner than such forecasts lower only the memory
-    margin, and only refusals bound by memory become rarer. Under work-conserving admission
-    the wait of a job with jobs ahead is one forecast of both (Forecaster._started_in),
-    which learns the margin of the work ahead; with none ahead the engine starts it once its
-    context fits now (and makes room by preemption): refused on memory alone, never."""
-    core = _core(admission)
-    forecast, lane, now = core.forecast, core.lanes[0], core.now()
-    lane.set_capacity(Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8), None)
-    for name, tokens in (("short", 50), ("long", 200)):  # 0.5 s and 2 s left, 4 blocks each
-        lane.running[name] = _job(name, tokens, now)
-        lane.kv.reserve(name, 64, context_tokens=64)  # held now
-
-    def wide(name: str, ttft_s: float) -> Job:  # 3 blocks now (8 of 10 held), 9 at its peak
-        job = _job(name, 100, now, slo=Slo(ttft_s=ttft_s))
-        job.prompt_token_ids = [1] * 40
-        return job
-
-    # Nothing queued ahead: work-conserving admission starts it once its context fits now,
-    # so a wait bound by memory alone refuses nothing.
-    assert forecast.wait_s(wide("n", 1.0)) == pytest.approx(2.0, abs=0.05)
-    assert forecast.refusal(wide("n", 1.0)) is None
-    ahead = _job("ahead", 10, now, slo=Slo(ttft_s=0.5))
-    core.waiting.push(ahead)
-    late = wide("late", 1.0)
-    assert forecast.wait_s(late) == pytest.approx(2.0, abs=0.05)  # both running jobs end
-    assert forecast.refusal(late) is None  # cold: its error unknown, nothing refused
-
-    def learn(ratio: float, count: int) -> None:
-        for k in range(count):  # forecast 2 s (memory), started after 2 s x ratio
-            job = wide(f"j{ratio}-{k}", 60.0)
-            assert forecast.admit(job, [], 0, 10, set()) is None
-            forecast.promises.started(job.job_id, now + 2.0 * ratio)
-
-    # Under work-conserving admission, with jobs ahead the wait is one forecast of the work
-    # ahead and the room together (a "queue" one); under peak admission the memory bound.
-    memory = not lane.work_conserving
-    learn(1.0, MIN_ERRORS)  # the forecast was right
-    assert forecast.margin(memory=memory) == pytest.approx(1.0, abs=0.01)
-    if lane.work_conserving:  # nothing ahead: the engine's to start, learned or not
-        core.waiting.remove(ahead)
-        assert forecast.refusal(wide("n", 1.0)) is None
-        core.waiting.push(ahead)
-    refusal = forecast.refusal(late)  # 2 s
-    assert refusal is not None and refusal.cause == f"ttft:{'memory' if memory else 'queue'}"
-    learn(0.2, MIN_ERRORS + 1)  # most starts 5x sooner than forecast
-    assert forecast.margin(memory=memory) == pytest.approx(0.2, abs=0.01)
-    assert forecast.margin(memory=not memory) == COLD_RATIO
-    assert forecast.refusal(late) is None  # 0.4 s
 
 
 @pytest.mark.asyncio
@@ -361,38 +233,18 @@ async def test_a_request_that_starts_now_waits_for_no_typical_slot() -> None:
     """Memory admission counts slots in typical footprints: one running job of the typical
     size fills this lane by that count, but a small job fits beside it now and starts now,
     so it is forecast no wait and, whatever the errors seen, refused nothing."""
-    core = _core("peak")
+    core = frozen_core("peak")
     forecast, lane, now = core.forecast, core.lanes[0], core.now()
     lane.set_capacity(Capacity("e0", kv_blocks=10, block_size=16, max_num_seqs=8), None)
     core.estimates.launched(100.0)  # 7 blocks: one typical job fills the lane's slots
-    lane.running["r"] = _job("r", 100, now)  # 1 s left
+    lane.running["r"] = new_job("r", 100, now)  # 1 s left
     lane.kv.reserve("r", 64, context_tokens=2)
     assert core.estimates.slots(lane) == 1 and lane.free_slots > 0
-    small = _job("small", 10, now, slo=Slo(ttft_s=0.2))
+    small = new_job("small", 10, now, slo=Slo(ttft_s=0.2))
     assert forecast.wait_s(small) == 0.0
     assert forecast.refusal(small) is None
-    core.waiting.push(_job("queued", 10, now, slo=Slo(ttft_s=0.1)))  # goes first
+    core.waiting.push(new_job("queued", 10, now, slo=Slo(ttft_s=0.1)))  # goes first
     assert forecast.wait_s(small) == pytest.approx(1.1, abs=0.05)  # behind it, by the count
-
-
-@pytest.mark.asyncio
-async def test_a_ratio_from_a_bad_spell_refuses_no_job_that_would_start_now() -> None:
-    core = _core()
-    forecast = core.forecast
-    now = core.now()
-    core.lanes[0].running["r"] = _job("r", 100, now)
-    for k in range(MIN_ERRORS):
-        job = _job(f"j{k}", 5, now, slo=Slo(ttft_s=60.0))
-        forecast.admit(job, [], 0, 10, set())
-        forecast.promises.started(job.job_id, now + 30)  # 30x the forecast wait each
-    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=5.0))) is not None
-    del core.lanes[0].running["r"]  # the slot is free: it would start now
-    assert forecast.refusal(_job("n", 5, now, slo=Slo(ttft_s=0.5))) is None
-    core.lanes[0].running["r"] = _job("r", 100, now)
-    assert forecast.margin() > COLD_RATIO
-    forecast.now = lambda: now + ERROR_HORIZON_S + 31  # a quiet spell: nothing accepted
-    assert forecast.refusal(_job("n", 5, forecast.now(), slo=Slo(ttft_s=5.0))) is None
-    assert forecast.margin() == COLD_RATIO  # lapsed: back to the prior
 
 
 @pytest.mark.asyncio
@@ -407,9 +259,9 @@ async def test_a_tpot_objective_is_judged_on_the_batch_it_would_join_not_a_full_
     core.accepting = True
     now = core.now()
     assert core.policy.batch_hint == 8  # a full batch's step: 60 ms
-    alone = _job("alone", 10, now, slo=Slo(tpot_s=0.03))  # alone: 25 ms
+    alone = new_job("alone", 10, now, slo=Slo(tpot_s=0.03))  # alone: 25 ms
     assert core.forecast.refusal(alone) is None
     for k in range(8):
-        core.lanes[0].running[f"r{k}"] = _job(f"r{k}", 10, now)
-    refusal = core.forecast.refusal(_job("crowded", 10, now, slo=Slo(tpot_s=0.03)))
+        core.lanes[0].running[f"r{k}"] = new_job(f"r{k}", 10, now)
+    refusal = core.forecast.refusal(new_job("crowded", 10, now, slo=Slo(tpot_s=0.03)))
     assert refusal is not None and refusal.reason == refusal.cause == "tpot"

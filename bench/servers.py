@@ -37,7 +37,7 @@ class System(msgspec.Struct, frozen=True):
 
 
 def parse_system(spec: str) -> System:
-    if spec == "vllm":
+    if spec == "vllm" or spec.startswith("vllm#"):  # vllm#2: its A/A, under its own name
         return System(spec, "vllm", "fcfs", "none")
     if spec == "vllm-priority":
         return System(spec, "vllm", "priority", "length")
@@ -49,7 +49,8 @@ def parse_system(spec: str) -> System:
             raise ValueError(f"{spec!r}: overrides are +KEY=VALUE (dotted keys)")
         return System(spec, "lengthwise", policy, "none",
                       overrides=overrides)  # type: ignore[arg-type]
-    raise ValueError(f"unknown system {spec!r}: vllm | vllm-priority | lengthwise:POLICY")
+    raise ValueError(f"unknown system {spec!r}: vllm | vllm#N | vllm-priority | "
+                     "lengthwise:POLICY")
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,6 +21,16 @@ def test_systems_alternate_within_each_repetition() -> None:
                      (1, "lengthwise:fcfs"), (1, "lengthwise:ssjf"), (1, "vllm")]
 
 
+def test_a_second_vllm_server_is_an_a_a_under_its_own_name(tmp_path: Path) -> None:
+    """`vllm#2` starts the same server as `vllm`: two runs of one baseline per draw."""
+    again, vllm = parse_system("vllm#2"), parse_system("vllm")
+    assert again.kind == "vllm" and again.spec != vllm.spec and again.label != vllm.label
+    settings = Settings(model=Path("m"))
+    assert command(again, settings, 1, tmp_path) == command(vllm, settings, 1, tmp_path)
+    with pytest.raises(ValueError, match="unknown system"):
+        parse_system("vllm2")
+
+
 def _run(system: str, repeat: int, jct: float) -> RunRecord:
     reqs = [RequestResult(index=i, arrival_s=float(i), prompt_tokens=5, output_tokens=10,
                           ok=True, ttft_s=jct / 4, jct_s=jct) for i in range(4)]

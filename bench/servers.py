@@ -200,7 +200,9 @@ class Counters(NamedTuple):
     # "ttft_n:PHASE" (lengthwise_ttft_phase_seconds' sum and count: predict, queue,
     # engine), "shadow:OUTCOME" (lengthwise_slo_shadow_refusals_total: met, missed),
     # "shadow_by:CAUSE/OUTCOME" (the same by cause: ttft:queue, ttft:memory, ttft:none,
-    # tpot), "refused_by:CAUSE" (lengthwise_slo_refusals_total),
+    # tpot), "refused_by:CAUSE" (lengthwise_slo_refusals_total), "overshoot:OUTCOME/LE"
+    # (lengthwise_slo_shadow_overshoot's buckets: would-be refusals predicted at most LE x
+    # their objective; "+Inf" counts them all),
     # "lag:LE" (lengthwise_event_loop_lag_seconds' buckets: probes of the event loop, every
     # 0.1 s, that fired at most LE seconds late; "lag:+Inf" counts them all).
     waits: dict[str, float]
@@ -222,6 +224,7 @@ def _waits(text: str) -> dict[str, float]:
             ("shadow", "lengthwise_slo_shadow_refusals_total", "outcome"),
             ("shadow_by", "lengthwise_slo_shadow_refusals_total", "cause", "outcome"),
             ("refused_by", "lengthwise_slo_refusals_total", "cause"),
+            ("overshoot", "lengthwise_slo_shadow_overshoot_bucket", "outcome", "le"),
             ("lag", "lengthwise_event_loop_lag_seconds_bucket", "le")):
         for value, count in promtext.by_label(text, name, *labels).items():
             waits[f"{prefix}:{value}"] = count

@@ -154,7 +154,7 @@ class Forecaster:
             if refusal is not None and self.enforce:
                 raise SloUnreachable(refusal)
             if refusal is not None:  # shadow mode: served, and its outcome counted
-                job.would_refuse, job.would_refuse_why = refusal.cause, refusal.explain()
+                job.would_refuse = refusal
         victim = None
         if queued - len(shedding) >= max_waiting:
             victim = self.waiting.sheddable_for(job, shedding)

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import msgspec
+
+if TYPE_CHECKING:
+    from daemon.core.slo import Refusal
 
 # vLLM samples greedily below this temperature (its _SAMPLING_EPS).
 _GREEDY_TEMPERATURE = 1e-5
@@ -152,11 +156,9 @@ class Job:
     slo: Slo | None = None
     # The core found it can no longer meet its objective: it waits as best effort.
     slo_missed: bool = False
-    # Why admission would have refused it (slo.Refusal.cause: "ttft:queue", "ttft:memory",
-    # "ttft:none", "tpot") where it only counts refusals ([slo] enforce = false, shadow
-    # mode); None: it would have been accepted.
-    would_refuse: str | None = None
-    would_refuse_why: str = ""  # slo.Refusal.explain(): the forecast it would be refused on
+    # The refusal admission would have made where it only counts them ([slo] enforce =
+    # false, shadow mode); None: it would have been accepted.
+    would_refuse: Refusal | None = None
     # Its last preemption saved its KV to kvstore (the executor said so when it stopped;
     # kv_residency may change later): the next resume counts as an offloaded one.
     kv_offloaded: bool = False

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from daemon.core.guard import list_starts
-from daemon.core.job import Job
+from daemon.core.job import Job, Slo
 from daemon.core.lanes import Lane
 from daemon.core.policy import Policy
 
@@ -48,6 +48,11 @@ class Refusal(NamedTuple):
     def cause(self) -> str:
         """"ttft:queue", "ttft:memory", "ttft:none" or "tpot": a metric label."""
         return f"ttft:{self.forecast}" if self.reason == "ttft" else self.reason
+
+    def overshoot(self, objective: Slo) -> float:
+        """The prediction over the objective it breaks (1.4: 40 % over)."""
+        limit = objective.ttft_s if self.reason == "ttft" else objective.tpot_s
+        return self.predicted_s / limit if limit else math.inf
 
     def explain(self) -> str:
         """The prediction and the forecast it came from, for a 429's message and the log."""

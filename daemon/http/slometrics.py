@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 # Seconds of slack (objective minus actual): negative = missed by that much.
 _SLACK_BUCKETS = (-10, -2.5, -1, -0.5, -0.25, -0.1, -0.05, -0.01, 0, 0.01, 0.05, 0.1, 0.25,
                   0.5, 1, 2.5, 10)
+# A would-be refusal's prediction over its objective (Refusal.overshoot).
+OVERSHOOT_BUCKETS = (1.1, 1.25, 1.5, 2.0, 3.0, 5.0)
 
 
 class SloMetrics:
@@ -45,6 +47,12 @@ class SloMetrics:
             "(the refusal would have been wrong) or missed; precision = missed / all; and "
             "by cause (as lengthwise_slo_refusals_total's)",
             ["priority", "outcome", "cause"], registry=registry)
+        self.shadow_overshoot = Histogram(
+            "lengthwise_slo_shadow_overshoot", "Shadow mode's would-be refusals by how far "
+            "the prediction they were refused on was over the objective (predicted / "
+            "objective) and outcome: a bucket's missed / all is the precision of refusing "
+            "only predictions over its bound", ["outcome"], buckets=OVERSHOOT_BUCKETS,
+            registry=registry)
         self.refusals = Counter(
             "lengthwise_slo_refusals", "Requests refused (429) as unable to meet their "
             "objective, by class and cause: ttft:queue (the forecast of the work ahead), "
@@ -72,12 +80,15 @@ class SloMetrics:
                 self.tpot_slack.labels(priority).observe(result.tpot_slack_s)
         met = result is not None and result.met
         self.requests.labels(priority, "met" if met else "missed").inc()
-        if job.would_refuse is not None:
-            self.shadow.labels(priority, "met" if met else "missed", job.would_refuse).inc()
+        refusal = job.would_refuse
+        if refusal is not None:
+            outcome = "met" if met else "missed"
+            self.shadow.labels(priority, outcome, refusal.cause).inc()
+            self.shadow_overshoot.labels(outcome).observe(refusal.overshoot(job.slo))
             first = ("no first token" if job.first_token_time is None else "first token after "
                      f"{(job.first_token_time - job.arrival_time) * 1000:.0f} ms")
             log.info("shadow mode: %s would have been refused (%s); %s, %s", job.job_id,
-                     job.would_refuse_why, first, "met" if met else "missed")
+                     refusal.explain(), first, outcome)
 
 
 class PredictedTtftCollector(Collector):

@@ -213,16 +213,21 @@ def test_refusals_and_shadow_precision_are_summed_per_load() -> None:
                                          "held:policy": 1.0, "refused_by:ttft:queue": 1.0,
                                          "refused_by:ttft:memory": 2.0 + r})
              for r in range(2)]
+    # each shadow run: its one met predicted under 1.25x the objective, of its missed one
+    # under and the rest over (the daemon's histogram buckets are cumulative)
     runs += [msgspec.structs.replace(_run("lw+shadow", 0.5, r, jct=1.0, att=1.0, step=0.01),
                                      refused=0.0, waits={
                                          "shadow:met": 1.0, "shadow:missed": 2.0 + r,
                                          "shadow_by:ttft:memory/met": 1.0,
                                          "shadow_by:ttft:memory/missed": 1.0,
-                                         "shadow_by:ttft:queue/missed": 1.0 + r})
+                                         "shadow_by:ttft:queue/missed": 1.0 + r,
+                                         "overshoot:met/1.25": 1.0, "overshoot:met/+Inf": 1.0,
+                                         "overshoot:missed/1.25": 1.0,
+                                         "overshoot:missed/+Inf": 2.0 + r})
              for r in range(2)]
     table = refusals_table(runs)
-    assert "| 0.5x | lw | 2 | 7 | 0 | 0 | 0 | – | ttft:memory 5, ttft:queue 2 |" in table
-    assert ("| 0.5x | lw+shadow | 2 | 0 | 7 | 2 | 5 | 71 % | ttft:memory 4 (2 met), "
+    assert "| 0.5x | lw | 2 | 7 | 0 | 0 | 0 | – | – | ttft:memory 5, ttft:queue 2 |" in table
+    assert ("| 0.5x | lw+shadow | 2 | 0 | 7 | 2 | 5 | 71 % | 100 % (3) | ttft:memory 4 (2 met), "
             "ttft:queue 3 (0 met) |") in table
     assert "vllm" not in table
     quiet = [msgspec.structs.replace(r, refused=0.0, waits={}) for r in runs]

@@ -84,6 +84,9 @@ def test_refusal_names_the_part_and_when_to_retry() -> None:
     assert late.predicted_s == pytest.approx(1.51) and late.retry_after_s == pytest.approx(0.51)
     slow = slo.refusal(_job(ttft_s=None, tpot_s=0.005), 0.0, policy, 0.01)
     assert slow is not None and slow.reason == "tpot"
+    # how far over the part it breaks: 1.51 s against 1 s; a 10 ms step against 5 ms
+    assert late.overshoot(Slo(ttft_s=1.0, tpot_s=0.005)) == pytest.approx(1.51)
+    assert slow.overshoot(Slo(ttft_s=1.0, tpot_s=0.005)) == pytest.approx(2.0)
 
 
 def test_attainment_met_and_missed() -> None:

@@ -222,4 +222,7 @@ async def test_shadow_mode_serves_what_it_would_refuse_and_counts_how_it_went(
                      r"first token after \d+ ms, missed", caplog.text), caplog.text
     assert ('lengthwise_slo_shadow_refusals_total{cause="ttft:queue",outcome="missed",'
             'priority="0"} 1.0' in metrics), metrics
+    # predicted seconds against a 50 ms objective: over 5x, above the top bucket
+    assert 'lengthwise_slo_shadow_overshoot_count{outcome="missed"} 1.0' in metrics
+    assert 'lengthwise_slo_shadow_overshoot_bucket{le="5.0",outcome="missed"} 0.0' in metrics
     assert 'outcome="refused"' not in metrics

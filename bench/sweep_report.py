@@ -199,10 +199,10 @@ def _over(runs: Sequence[stats.SweepRun], load: float, system: str) -> str:
     share that missed, and how many; "–" where the runs counted none."""
     counts = {"met": 0.0, "missed": 0.0}
     for run in runs:
-        if run.load == load and run.system == system:
-            for outcome in counts:
-                waits = run.waits
-                counts[outcome] += (waits.get(f"overshoot:{outcome}/+Inf", 0.0)
-                                    - waits.get(f"overshoot:{outcome}/{OVER}", 0.0))
+        if run.load != load or run.system != system:
+            continue
+        for outcome in counts:
+            counts[outcome] += (run.waits.get(f"overshoot:{outcome}/+Inf", 0.0)
+                                - run.waits.get(f"overshoot:{outcome}/{OVER}", 0.0))
     over = counts["met"] + counts["missed"]
     return f"{100 * counts['missed'] / over:.0f} % ({over:g})" if over else "–"

@@ -154,7 +154,7 @@ def refusals_table(runs: Sequence[stats.SweepRun]) -> str:
     ([slo] enforce = false), those it would have refused and whether they then met their
     objective (lengthwise_slo_shadow_refusals_total). A would-be refusal was right when the
     request, served anyway, missed: precision = missed / would-refuse. The last column
-    splits them by the forecast that refused (slo.Refusal.cause), the shadow ones' met in
+    splits them by the forecast that refused (job.Refusal.cause), the shadow ones' met in
     brackets; the one before it is the precision of the would-be refusals predicted over
     OVER x their objective (lengthwise_slo_shadow_overshoot): of refusing only those. Sums
     over the repetitions; "" where no run refused or would have."""

@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 from daemon.core import admission, decisions, slo
 from daemon.core.estimates import Estimates
-from daemon.core.job import Job
+from daemon.core.job import Job, Refusal
 from daemon.core.lanes import Lane
 from daemon.core.overload import Overload
 from daemon.core.ports import QueueFull, SloUnreachable
@@ -167,7 +167,7 @@ class Forecaster:
             self.promises.promise(job.job_id, self.now(), wait, memory)
         return None if victim is None else victim.job_id
 
-    def refusal(self, job: Job, pending: Iterable[Job] = ()) -> slo.Refusal | None:
+    def refusal(self, job: Job, pending: Iterable[Job] = ()) -> Refusal | None:
         """Why a new job cannot meet its objective even at the front of its class (the jobs
         `ahead_of` it still go first; the time since its arrival counts); None when it can,
         or it has none."""
@@ -176,7 +176,7 @@ class Forecaster:
         ahead = self.ahead_of(job, pending)
         return self._refusal(job, self._wait_behind(job, ahead), len(ahead))
 
-    def _refusal(self, job: Job, wait: Wait, ahead: int) -> slo.Refusal | None:
+    def _refusal(self, job: Job, wait: Wait, ahead: int) -> Refusal | None:
         """Why `job`, forecast to start after `wait` (with `ahead` jobs before it), cannot
         meet its objective. A forecast refuses only once its error is learned
         (margin()): cold, it erred either way, and half the refusals made on it were wrong

@@ -4,13 +4,11 @@ core's loop (daemon.core.scheduler); everything else reads it."""
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 import msgspec
-
-if TYPE_CHECKING:
-    from daemon.core.slo import Refusal
 
 # vLLM samples greedily below this temperature (its _SAMPLING_EPS).
 _GREEDY_TEMPERATURE = 1e-5
@@ -100,6 +98,43 @@ class Slo(msgspec.Struct, frozen=True, kw_only=True):
     ttft_s: float | None = None
     tpot_s: float | None = None
     sheddable: bool = False
+
+
+class Refusal(NamedTuple):
+    """Why a request cannot meet its objective: which part, the predicted value (s), when a
+    retry could (s from now), and which forecast of its wait said so."""
+
+    reason: str  # "ttft" | "tpot"
+    predicted_s: float
+    retry_after_s: float
+    # "queue": the slot forecast (the work ahead); "memory": the KV bound (its context
+    # finding room); "none": no wait forecast (the time since arrival and the prefill)
+    forecast: str = "none"
+    wait_s: float = 0.0  # that forecast's wait from now (s), before the margin
+    margin: float = 1.0  # the learned ratio (real / forecast wait) it was scaled by
+    ahead: int = 0  # jobs forecast to start before it
+
+    @property
+    def cause(self) -> str:
+        """"ttft:queue", "ttft:memory", "ttft:none" or "tpot": a metric label."""
+        return f"ttft:{self.forecast}" if self.reason == "ttft" else self.reason
+
+    def overshoot(self, objective: Slo) -> float:
+        """The prediction over the objective it breaks (1.4: 40 % over)."""
+        limit = objective.ttft_s if self.reason == "ttft" else objective.tpot_s
+        return self.predicted_s / limit if limit else math.inf
+
+    def explain(self) -> str:
+        """The prediction and the forecast it came from, for a 429's message and the log."""
+        if self.reason == "tpot":
+            return f"predicted time per output token {self.predicted_s * 1000:.0f} ms"
+        text = f"predicted time to first token {self.predicted_s * 1000:.0f} ms"
+        if self.forecast == "none":
+            return text
+        jobs = "1 job" if self.ahead == 1 else f"{self.ahead} jobs"
+        return (f"{text} ({self.forecast} forecast: a wait of {self.wait_s * 1000:.0f} ms "
+                f"behind {jobs}, x margin {self.margin:.2f})")
+
 
 
 @dataclass(slots=True, eq=False)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from daemon.core.job import Job
-from daemon.core.slo import Refusal
+from daemon.core.job import Job, Refusal
 
 
 class NotAccepting(Exception):

@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from daemon.core.job import Job, JobStatus
+from daemon.core.job import Job, JobStatus, Refusal
 from daemon.core.overload import LATE_HORIZON_S
 from daemon.core.scheduler import Scheduler
-from daemon.core.slo import Refusal, attainment
+from daemon.core.slo import attainment
 
 log = logging.getLogger(__name__)
 

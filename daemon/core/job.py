@@ -136,7 +136,6 @@ class Refusal(NamedTuple):
                 f"behind {jobs}, x margin {self.margin:.2f})")
 
 
-
 @dataclass(slots=True, eq=False)
 class Job:
     job_id: str

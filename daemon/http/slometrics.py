@@ -50,8 +50,8 @@ class SloMetrics:
         self.shadow_overshoot = Histogram(
             "lengthwise_slo_shadow_overshoot", "Shadow mode's would-be refusals by how far "
             "the prediction they were refused on was over the objective (predicted / "
-            "objective) and outcome: a bucket's missed / all is the precision of refusing "
-            "only predictions over its bound", ["outcome"], buckets=OVERSHOOT_BUCKETS,
+            "objective) and outcome: above a bucket's bound, missed / all is the precision "
+            "of refusing only predictions over it", ["outcome"], buckets=OVERSHOOT_BUCKETS,
             registry=registry)
         self.refusals = Counter(
             "lengthwise_slo_refusals", "Requests refused (429) as unable to meet their "

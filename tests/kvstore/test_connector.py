@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from typing import Any
 
 import pytest
@@ -28,11 +30,24 @@ def _calls(trace: list[HookCall], hook: str) -> list[HookCall]:
     return [call for call in trace if call.hook == hook]
 
 
+async def _trace_with(path: os.PathLike[str], hooks: set[str], timeout_s: float = 30.0
+                      ) -> list[HookCall]:
+    """The trace once all of `hooks` are in it (or at the timeout): the worker hears of a
+    finished request (get_finished) at the engine's next step, which on a loaded machine
+    can come after the answer is out."""
+    deadline = time.monotonic() + timeout_s
+    trace = read_trace(path)
+    while not hooks <= {call.hook for call in trace} and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        trace = read_trace(path)
+    return trace
+
+
 async def test_hooks_fire_in_the_engine_processes(connected: ConnectedEngine) -> None:
     prompt = list(range(10, 210))  # 200 tokens: one full 128-token block and a partial one
     await connected.generate(prompt, "probe", max_tokens=4,
                              kv_transfer_params={"lengthwise": "probe"})
-    trace = read_trace(connected.trace_path)
+    trace = await _trace_with(connected.trace_path, SCHEDULER_HOOKS | WORKER_HOOKS)
     roles = {call.hook: call.role for call in trace}
     assert SCHEDULER_HOOKS | WORKER_HOOKS <= roles.keys()
     assert all(roles[hook] == "scheduler" for hook in SCHEDULER_HOOKS)

@@ -92,6 +92,7 @@ class Run:
     produced: int = 0  # tokens generated in this dispatch
     stop: StopRequest | None = None  # a Stop asked for it: end at the next token boundary
     offload: bool = False  # that Stop asked to save its KV to kvstore first
+    engine: int = 0  # the executor's engine it began on (Executor.engine: 0, 1 after a restart)
 
     @property
     def job_id(self) -> str:
@@ -102,6 +103,7 @@ class _EngineFailure(msgspec.Struct, frozen=True):
     """Posted to the executor's own queue by a generation that hit an engine failure."""
 
     why: str
+    engine: int  # the engine that failed (Executor.engine when the generation began)
 
 
 class Executor(abc.ABC):
@@ -122,7 +124,10 @@ class Executor(abc.ABC):
         self._step: list[tuple[str, list[int]]] = []  # tokens not yet reported
         self._ends: list[Stopped] = []  # ends of runs whose last tokens are in _step
         self._flush_pending = False
-        self._failure_reported = False  # an _EngineFailure is in the command queue
+        # Engines this executor took out of service so far: the running engine's number. A
+        # failure reported by a generation of an earlier engine (vLLM's output task hands its
+        # error to every request, some after the restart began) is stale.
+        self.engine = 0
         # Restart attempts since the engine last produced a token: an engine that restarts
         # but never serves must not be restarted forever.
         self._attempts = 0
@@ -147,10 +152,10 @@ class Executor(abc.ABC):
                         command = await self.commands.get()
                 if isinstance(command, Shutdown):
                     return
+                if isinstance(command, _EngineFailure) and command.engine != self.engine:
+                    command = None  # that engine was replaced since
                 if command is not None:
                     self._handle(command)
-                if isinstance(command, _EngineFailure):
-                    self._failure_reported = False
                 if isinstance(command, _EngineFailure) or loop.time() >= next_check:
                     next_check = loop.time() + self.config.health_check_interval_s
                     await self._check_health(loop.time(), command)
@@ -160,7 +165,7 @@ class Executor(abc.ABC):
 
     def _handle(self, command: Command | _EngineFailure) -> None:
         if isinstance(command, Launch):
-            run = Run(command)
+            run = Run(command, engine=self.engine)
             self._runs[run.job_id] = run
             self._launches += 1
             if self.down_reason is not None:  # sent before the core heard it went down
@@ -226,13 +231,13 @@ class Executor(abc.ABC):
         if capacity is not None:
             self._inbox.put_nowait(capacity)
 
-    def _engine_failed(self, why: str) -> None:
-        """A generation hit an engine failure: the task takes the engine out of service.
-        Every running request reports the same failure; one report is enough (a second,
-        handled after the restart, would restart the new engine too)."""
-        if not self._failure_reported:
-            self._failure_reported = True
-            self.commands.put_nowait(_EngineFailure(why))
+    def _engine_failed(self, why: str, engine: int) -> None:
+        """A generation on `engine` (its Run.engine) hit an engine failure: the task takes
+        that engine out of service. Every running request reports it; the first report
+        handled does, the others (and any from an engine already replaced) are then stale
+        and change nothing."""
+        if engine == self.engine:
+            self.commands.put_nowait(_EngineFailure(why, engine))
 
     # ---- engine health ------------------------------------------------------------------
 
@@ -266,6 +271,7 @@ class Executor(abc.ABC):
         log.error("executor %s is down: %s; %d running jobs go back to the queue",
                   self.name, why, len(self._runs))
         self.down_reason = why
+        self.engine += 1  # the next engine's number: the failed one's reports are stale
         self._inbox.put_nowait(EngineDown(self.name, why))
         self._drop_runs()
         for run in list(self._runs.values()):

@@ -319,7 +319,7 @@ class VLLMExecutor(Executor):
         if why is None and live:
             why = f"vLLM's output task failed ({type(exc).__name__}: {exc})"
         if why is not None:
-            self._engine_failed(why)
+            self._engine_failed(why, request.run.engine)
             return
         log.error("executor %s: job %s failed: %r", self.name, request.job_id, exc)
         self._finish(request, None, error=f"engine error: {exc}")

@@ -89,7 +89,8 @@ async def test_down_engine_hands_jobs_back_and_they_resume(rig: Rig) -> None:
     await _until(lambda: cut.num_generated_tokens >= 30)
     lane = rig.scheduler.lanes[0]
     rig.executor.restart_engine = _slow(rig.executor.restart_engine)  # type: ignore[method-assign]
-    rig.executor._engine_failed("test: engine process gone")  # as a generation reports it
+    # as a generation reports it
+    rig.executor._engine_failed("test: engine process gone", rig.executor.engine)
     await _until(lambda: lane.down_reason is not None)
     await _until(lambda: cut in rig.scheduler.waiting)  # back in the queue, tokens kept
     assert lane.free_slots == 0 and not lane.running
@@ -123,7 +124,7 @@ async def test_an_executor_marked_down_is_restarted_at_once() -> None:
     task = asyncio.create_task(executor.run())
     try:
         await asyncio.sleep(0.05)
-        executor._engine_failed("the engine died")
+        executor._engine_failed("the engine died", executor.engine)
         await _until(lambda: executor.restarts == 1, timeout_s=2.0)
         assert executor.down_reason is None
         # What the engine holds when the task starts and again once it is back, then up.
@@ -145,11 +146,40 @@ async def test_one_engine_failure_reported_by_every_run_restarts_once() -> None:
     try:
         await asyncio.sleep(0.05)
         for _ in range(3):
-            executor._engine_failed("the engine died")
+            executor._engine_failed("the engine died", executor.engine)
         await _until(lambda: executor.restarts == 1, timeout_s=2.0)
         await asyncio.sleep(0.2)
         assert executor.restarts == 1 and executor.down_reason is None
         assert sum(isinstance(e, EngineDown) for e in inbox._queue) == 1  # type: ignore[attr-defined]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await executor.shutdown()
+
+
+async def test_a_failure_reported_by_the_old_engine_during_the_restart_is_stale() -> None:
+    """A dead engine's requests report its failure, and those reports may be handled after
+    the engine was replaced (the engine kill test once counted two restarts for one death:
+    the health check found the engine dead first, and the report its stream had queued took
+    the new engine down): they must change nothing, a report of the new engine must."""
+    inbox: asyncio.Queue[Event] = asyncio.Queue()
+    executor = SimExecutor("sim0", inbox, FAST, EngineConfig(health_check_interval_s=30.0,
+                                                             restart_backoff_s=0.01))
+    await executor.start()
+    executor.restart_engine = _slow(executor.restart_engine)  # type: ignore[method-assign]
+    task = asyncio.create_task(executor.run())
+    try:
+        await asyncio.sleep(0.05)
+        old = executor.engine
+        executor._engine_failed("the engine died", old)
+        await _until(lambda: executor.down_reason is not None)
+        executor._engine_failed("the engine died (a late report)", old)  # while restarting
+        await _until(lambda: executor.restarts == 1, timeout_s=2.0)
+        await asyncio.sleep(0.2)
+        assert executor.restarts == 1 and executor.down_reason is None
+        assert executor.engine == old + 1
+        executor._engine_failed("the new engine died", executor.engine)  # a real one counts
+        await _until(lambda: executor.restarts == 2, timeout_s=2.0)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import encodings.idna  # noqa: F401  (see httpcore below)
 import json
 import os
 import signal
@@ -16,12 +17,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# httpcore and tracemalloc imported here, once, not lazily mid-test: httpx imports httpcore on
-# its first request, and on CPython 3.11 an import that a garbage collector's finalizer
-# interrupts with a first import of its own (warnings.py imports tracemalloc when it first
-# shows a warning with a source, such as an unclosed socket's) ends in "KeyError: <thread id>"
-# (cpython#91351, fixed in 3.12): CI's session daemon fixture died of it once, inside
-# wait_ready's first httpx.get; which finalizer interrupted it is not known.
+# httpcore, tracemalloc and encodings.idna imported here, once, not lazily mid-test: httpx
+# imports httpcore (and the host's IDNA codec) on its first request, and on CPython 3.11 an
+# import that a garbage collector's finalizer interrupts with a first import of its own
+# (warnings.py imports tracemalloc when it first shows a warning with a source, such as an
+# unclosed socket's) ends in "KeyError: <thread id>" (cpython#91351, fixed in 3.12): CI's
+# session daemon fixture died of it once, inside wait_ready's first httpx.get; which
+# finalizer interrupted it is not known.
 import httpcore  # noqa: F401
 import httpx
 import pytest

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 import uvloop
 
-from daemon import apikeys, blas, httpserver, sdnotify
+from daemon import apikeys, httpserver, sdnotify
 from daemon import config as config_mod
 from daemon.config import Config, ConfigError
 from daemon.http.app import build_app
@@ -176,6 +176,5 @@ def run(config_path: Path) -> int:
         return 2
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _set_log_level(config)
-    blas.one_thread()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(Daemon(config_path, config).serve())

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from daemon import blas
 from daemon.config import PredictorConfig
 from daemon.core.events import Event, Predicted
 from daemon.core.job import Job, JobStatus
@@ -144,7 +143,6 @@ class Predictions:
         folder = _folder(path, iterative)
         fingerprint = model_fingerprint(folder)
         predictor = load_predictor(folder)
-        blas.one_thread()  # its faiss brings a BLAS of its own
         if not iterative:  # warm: the first request must not pay for lazy initialisation
             probe = PredictInput.from_openai([{"role": "user", "content": _PROBE}])
             predictor.predict_with_upper([probe], self.upper_quantile)

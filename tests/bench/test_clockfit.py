@@ -1,0 +1,16 @@
+"""`python -m bench.clockfit` times the clock's refits alone and beside a busy thread."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import clockfit
+
+
+def test_it_times_refits_alone_and_beside_a_busy_thread(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    assert clockfit.main(["--fits", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "3 fits of a 1024-sample window" in lines[0]
+    assert lines[1].startswith("alone") and lines[2].startswith("beside a thread busy")
+    assert all("fit median" in line and "longest" in line for line in lines[1:])

@@ -3,8 +3,8 @@
 The sweeps' loop watchdog (daemon/http/loopwatch.py) caught the loop standing still 1.3-3.0
 s inside the fit (core/clock.py `_fit`, scipy's bvls) six times. The fit alone takes about
 a millisecond. This fills a StepClock's window with step samples of the tiny engine's shape
-and times `fits` refits alone, then beside one thread busy in Python (as the predictor's
-worker thread is while it predicts a burst): each time the fit's numpy calls let go of the
+and times `fits` refits alone, then beside one thread busy in Python (the daemon's
+predictor runs in a worker thread; how busy it was during the stalls is not known): each time the fit's numpy calls let go of the
 GIL, it waits for the other thread to give it back (up to sys.getswitchinterval(), 5 ms,
 and longer when that thread waits for a core). `--spinners N` keeps N cores busy as an
 engine's worker does. Prints the median, p99 and longest fit.

@@ -14,6 +14,7 @@ import logging
 import math
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Que
                *, cost: CostModel | None = None, **ports: Any) -> Scheduler:
     """The scheduler core over `executors` (one lane each), with the config's policy and
     settings, its estimates in `cost` (default: the config's cost model); `ports`:
-    Scheduler's predictor, remaining and ended."""
+    Scheduler's predictor, remaining, ended and fits."""
     lanes = [Lane(ex.name, ex.commands, slots_per_engine(config)) for ex in executors]
     core = Scheduler(lanes, make_policy(config, cost=cost), config.scheduler, inbox, **ports)
     adopt_slo(core.forecast, config.slo)
@@ -118,9 +119,12 @@ class Service:
                                        config.scheduler.admission_quantile)
         self._ended: asyncio.Queue[Job] = asyncio.Queue()
         repredicts = config.predictor.iterative_path != "none"
+        # the learned clock's fits: off the event loop (core/refits.py)
+        self._fits = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clock-fit")
         self.scheduler = build_core(
             config, self.executors, inbox, predictor=self.predictions,
-            remaining=self.predictions.remaining if repredicts else None, ended=self._ended)
+            remaining=self.predictions.remaining if repredicts else None, ended=self._ended,
+            fits=self._fits)
         self.metrics.watch(self.scheduler, self.predictions, self.executors)
         self.metrics.config_live(config.scheduler.policy, config_sha256(config))
         self.keys = self._load_keys(config)
@@ -233,3 +237,4 @@ class Service:
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=_STOP_TIMEOUT_S)
         await asyncio.gather(*(ex.shutdown() for ex in self.executors), return_exceptions=True)
+        self._fits.shutdown(wait=False, cancel_futures=True)

@@ -27,15 +27,21 @@ last WINDOW samples, pulled weakly toward the prior (the configured cost model, 
 how much faster or slower the engine is overall; PRIOR_WEIGHT), so that terms the traffic
 does not vary (a batch that is always 4) keep the prior's ratio; one trimming pass drops
 outliers (a GC pause, a late loop); then scaled so that the kept steps' predicted times add
-up to their measured ones (relative error alone fits the skewed step times low). It
-refits after 8, 16, 32, ... samples, then every REFIT_EVERY: within the first second of
-traffic on a CPU engine (steps of a few ms), for ~1 ms of the loop's time per fit.
+up to their measured ones (relative error alone fits the skewed step times low). A fit is
+due after 8, 16, 32, ... samples, then every REFIT_EVERY: within the first second of
+traffic on a CPU engine (steps of a few ms). `fit` is a pure function of a copy of the
+window (`StepClock.window`), so the core runs it in a worker thread and adopts the result
+when it comes back (`StepClock.adopt`): ~1 ms alone, it took 65 ms beside a thread busy in
+Python (bench.clockfit) and was caught holding the daemon's loop for 1.3-3.0 s
+(docs/results/2026-11-30-fit-stalls-and-ttft-by-parts.md). The simulator and tests fit
+inline (`StepClock.refit`), where virtual time needs it deterministic.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import lsq_linear
@@ -54,6 +60,21 @@ _SOLVE_ITERATIONS = 50  # bvls iterations at most (a 5-term fit converges in a f
 _TRIM_Z = 4.0  # samples further than this many robust deviations are outliers
 _MIN_TRIM = 0.05  # ... and never closer than 5 % relative error
 _MAD_SIGMA = 1.4826  # median absolute deviation -> standard deviation (normal errors)
+
+
+class Window(NamedTuple):
+    """What one fit reads: copies of the clock's last samples and the prior it pulls to."""
+
+    x: np.ndarray  # one row of TERMS per step sample
+    y: np.ndarray  # the samples' durations (s)
+    prior: CostModel
+    samples: int  # the clock's sample count when the window was taken
+
+
+class Fit(NamedTuple):
+    cost: CostModel
+    error: float  # median |relative error| on the window's kept samples
+    window: Window
 
 
 class StepClock:
@@ -78,7 +99,7 @@ class StepClock:
         """A new configured cost model (reload): the samples stay, the pull changes."""
         self.prior = prior
         if self.fits:
-            self._fit()
+            self.refit()
         else:
             self.cost = prior
 
@@ -96,7 +117,8 @@ class StepClock:
 
     def step(self, time: float, jobs: Sequence[tuple[str, int, int]]) -> bool:
         """One Tokens event: (job id, its context before the step, tokens it got) for each
-        job in it. True when it refitted the cost model."""
+        job in it. True when a fit is due: the owner then fits `window()` (`fit`, here or
+        in a thread) and hands the result to `adopt`, or calls `refit`."""
         ids = frozenset(job_id for job_id, _, _ in jobs)
         prefill = sum(self._prefill.pop(job_id, 0) for job_id in ids)
         last, self._last_time = self._last_time, time
@@ -114,42 +136,26 @@ class StepClock:
         if self.samples < self._next_fit:
             return False
         self._next_fit = min(self.samples * 2, self.samples + REFIT_EVERY)
-        self._fit()
         return True
 
-    def _fit(self) -> None:
+    def window(self) -> Window:
         n = min(self.samples, WINDOW)
-        x, y = self._x[:n], self._y[:n]
-        prior = np.asarray(self.prior.vector())
-        # Each term is solved for as a multiple u of its scale: the prior's coefficient
-        # times how much slower (or faster) the engine is than the prior says overall, so
-        # terms the traffic cannot tell apart keep the prior's ratio at the engine's speed;
-        # a term the prior has at 0 is scaled by its typical share of a step instead.
-        speed = float(np.median(y / np.maximum(x @ prior, 1e-12)))
-        typical = float(np.median(y)) / np.maximum(np.abs(x).mean(axis=0), 1e-12)
-        scale = np.where(prior > 0, prior * speed, typical)
-        target = (prior > 0).astype(float)
-        keep = np.ones(n, dtype=bool)
-        for _ in range(_TRIM_PASSES):  # fit, drop outliers, fit again
-            u = _solve(x[keep] * scale, y[keep], target)
-            rel = (x * scale) @ u / y - 1.0
-            centre = float(np.median(rel[keep]))
-            spread = _MAD_SIGMA * float(np.median(np.abs(rel[keep] - centre)))
-            inliers = np.abs(rel - centre) <= max(_TRIM_Z * spread, _MIN_TRIM)
-            if inliers.sum() < MIN_SAMPLES or (inliers == keep).all():
-                break
-            keep = inliers
-        # Least squares on relative error weighs a slow step less than a fast one (1 / y),
-        # so with step times skewed to the slow side the fit runs fast: the tiny engine's
-        # steps took 6 % more than it said. Scaled so that the steps it kept add up to the
-        # time they took, the clock's seconds are the engine's on average too.
-        fitted = (x[keep] * scale) @ u
-        if fitted.sum() > 0:
-            u = u * (y[keep].sum() / fitted.sum())
-        self.cost = CostModel.from_vector(u * scale)
-        self.fit_error = float(np.median(np.abs(rel[keep])))
+        return Window(self._x[:n].copy(), self._y[:n].copy(), self.prior, self.samples)
+
+    def adopt(self, result: Fit) -> bool:
+        """A fit of an earlier window becomes the clock's estimate, unless the prior changed
+        since (a reload refits at once: `set_prior`) or a later window's fit was adopted.
+        True when adopted."""
+        if result.window.prior is not self.prior or result.window.samples < self.fitted_at:
+            return False
+        self.cost, self.fit_error = result.cost, result.error
         self.fits += 1
-        self.fitted_at = self.samples
+        self.fitted_at = result.window.samples
+        return True
+
+    def refit(self) -> None:
+        """Fit the current window here and now."""
+        self.adopt(fit(self.window()))
 
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         """Predicted seconds of one decode step of `batch` sequences holding
@@ -157,17 +163,50 @@ class StepClock:
         return self.cost.step_s(0, batch, context_tokens)
 
 
+def fit(window: Window) -> Fit:
+    """The cost model fitted to a window. Reads nothing else: safe in a worker thread."""
+    x, y = window.x, window.y
+    n = len(y)
+    prior = np.asarray(window.prior.vector())
+    # Each term is solved for as a multiple u of its scale: the prior's coefficient
+    # times how much slower (or faster) the engine is than the prior says overall, so
+    # terms the traffic cannot tell apart keep the prior's ratio at the engine's speed;
+    # a term the prior has at 0 is scaled by its typical share of a step instead.
+    speed = float(np.median(y / np.maximum(x @ prior, 1e-12)))
+    typical = float(np.median(y)) / np.maximum(np.abs(x).mean(axis=0), 1e-12)
+    scale = np.where(prior > 0, prior * speed, typical)
+    target = (prior > 0).astype(float)
+    keep = np.ones(n, dtype=bool)
+    for _ in range(_TRIM_PASSES):  # fit, drop outliers, fit again
+        u = _solve(x[keep] * scale, y[keep], target)
+        rel = (x * scale) @ u / y - 1.0
+        centre = float(np.median(rel[keep]))
+        spread = _MAD_SIGMA * float(np.median(np.abs(rel[keep] - centre)))
+        inliers = np.abs(rel - centre) <= max(_TRIM_Z * spread, _MIN_TRIM)
+        if inliers.sum() < MIN_SAMPLES or (inliers == keep).all():
+            break
+        keep = inliers
+    # Least squares on relative error weighs a slow step less than a fast one (1 / y),
+    # so with step times skewed to the slow side the fit runs fast: the tiny engine's
+    # steps took 6 % more than it said. Scaled so that the steps it kept add up to the
+    # time they took, the clock's seconds are the engine's on average too.
+    fitted = (x[keep] * scale) @ u
+    if fitted.sum() > 0:
+        u = u * (y[keep].sum() / fitted.sum())
+    return Fit(CostModel.from_vector(u * scale), float(np.median(np.abs(rel[keep]))), window)
+
+
 def _solve(x: np.ndarray, y: np.ndarray, target: np.ndarray) -> np.ndarray:
     """Non-negative u minimising sum((x u - y) / y)^2 + PRIOR_WEIGHT |u - target|^2.
-    Bounded-variable least squares with a cap on its iterations, not scipy's nnls: this runs
+    Bounded-variable least squares with a cap on its iterations, not scipy's nnls: this ran
     on the event loop, and one nnls call on a refit held the daemon's loop for 2.1 s (its
     stack, logged by daemon/http/loopwatch.py: docs/results/2026-11-29-three-draws-and-a-
     blocked-loop.md); the same optimum on random windows (relative difference 1e-13)."""
     pull = math.sqrt(PRIOR_WEIGHT)
     a = np.vstack([x / y[:, None], pull * np.eye(len(target))])
     b = np.concatenate([np.ones(len(y)), pull * target])
-    fit = lsq_linear(a, b, bounds=(0.0, np.inf), method="bvls", max_iter=_SOLVE_ITERATIONS)
-    return np.asarray(fit.x)
+    solved = lsq_linear(a, b, bounds=(0.0, np.inf), method="bvls", max_iter=_SOLVE_ITERATIONS)
+    return np.asarray(solved.x)
 
 
 def pooled(clocks: Iterable[StepClock], prior: CostModel) -> CostModel:

@@ -3,8 +3,7 @@
 Events go into the core's one inbox (an asyncio.Queue) and are handled in order by its loop
 (daemon.core.scheduler): from the HTTP side (Submitted, Cancelled), the predictor
 (Predicted), the executors (Started, Tokens, Stopped, EngineDown, EngineUp, Capacity,
-EngineFailed)
-and the daemon (Reconfigured). Commands go into one executor's queue (Launch, Stop,
+EngineFailed), the daemon (Reconfigured) and the core's own clock fits (Refitted). Commands go into one executor's queue (Launch, Stop,
 Shutdown). Executors report facts; the core decides what they mean for the job.
 """
 
@@ -12,6 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
+from daemon.core.clock import Fit
 from daemon.core.job import Job, SamplingSpec, StopRequest
 from daemon.core.policy import Policy
 from daemon.core.settings import SchedulerConfig
@@ -110,8 +110,16 @@ class Reconfigured(msgspec.Struct, frozen=True):
     policy: Policy
 
 
+class Refitted(msgspec.Struct, frozen=True):
+    """A lane's clock fit, done in the core's worker thread (core/clock.py); None when the
+    fit failed (logged)."""
+
+    executor: str
+    fit: Fit | None
+
+
 Event = (Submitted | Cancelled | Predicted | Started | Tokens | Stopped | EngineDown | EngineUp
-         | Capacity | EngineFailed | Reconfigured)
+         | Capacity | EngineFailed | Reconfigured | Refitted)
 
 # ---- commands (into one executor's queue) ------------------------------------------------
 

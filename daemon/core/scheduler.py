@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 from daemon.core import decisions, outcomes, slo
@@ -28,6 +29,7 @@ from daemon.core.events import (
     Event,
     Predicted,
     Reconfigured,
+    Refitted,
     Started,
     Stop,
     Stopped,
@@ -39,6 +41,7 @@ from daemon.core.job import Job, JobStatus, KVResidency, StopRequest
 from daemon.core.lanes import Lane
 from daemon.core.policy import DispatchContext, Policy
 from daemon.core.ports import LengthPredictor, NotAccepting
+from daemon.core.refits import Refits
 from daemon.core.repredict import RemainingPredictor, Repredictor
 from daemon.core.settings import SchedulerConfig
 from daemon.core.stream import OutputStream
@@ -54,12 +57,14 @@ class Scheduler:
                  inbox: asyncio.Queue[Event], *, predictor: LengthPredictor | None = None,
                  remaining: RemainingPredictor | None = None,
                  ended: asyncio.Queue[Job] | None = None,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None,
+                 fits: Executor | None = None) -> None:
         """lanes: one per executor; inbox: the queue every event comes in by; predictor:
         first predictions (None: jobs get none); remaining: re-predicts running jobs'
         remaining length at policy checkpoints (None: off); ended: every job that ended is
         put there once (metrics, predictor feedback), if given; clock: what now() reads
-        (the running loop's time unless a test stops it)."""
+        (the running loop's time unless a test stops it); fits: the worker the lanes'
+        clocks fit in (None: inline; core/refits.py)."""
         self.lanes = list(lanes)
         self.policy = policy
         self.config = config
@@ -73,6 +78,7 @@ class Scheduler:
         self.accepting = False
         self.failed = asyncio.Event()  # every engine is down for good
         self.repredictor = Repredictor(inbox, remaining)
+        self.refits = Refits(inbox, fits)
         self.repredictor.timeout_s = policy.repredict_timeout_s
         self._predictor = predictor
         self._ended = ended
@@ -91,6 +97,7 @@ class Scheduler:
             Tokens: self._on_tokens, Stopped: self._on_stopped, Started: self._on_started,
             Submitted: self._on_submitted, Predicted: self._on_predicted,
             Cancelled: self._on_cancelled, Reconfigured: self._on_reconfigured,
+            Refitted: self._on_refitted,
             **dict.fromkeys((EngineDown, EngineUp, Capacity, EngineFailed), self._on_engine)}
 
     def now(self) -> float:
@@ -266,7 +273,15 @@ class Scheduler:
             mark = job.checkpoint_tokens
             if mark is not None and job.num_generated_tokens >= mark:
                 self._checkpoint(job)
-        if lane.clock.step(event.time, step) and self.estimates.clock_moved():
+        if lane.clock.step(event.time, step) and self.refits.due(lane.name, lane.clock):
+            self._clock_moved()
+
+    def _on_refitted(self, event: Refitted) -> None:
+        if self.refits.adopt(event, self._by_name[event.executor].clock):
+            self._clock_moved()
+
+    def _clock_moved(self) -> None:
+        if self.estimates.clock_moved():
             self.waiting.rekey(self.policy.order_key, self.estimates.wait_bound())
 
     def _on_stopped(self, event: Stopped) -> None:

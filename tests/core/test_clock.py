@@ -5,6 +5,9 @@ alone, on what real traffic does to it (outliers, a batch that never varies)."""
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,12 +85,12 @@ class Engine:
 
 
 def _core(policy: object = None, max_running: int = 8,
-          aging: AgingConfig | None = None) -> Engine:
+          aging: AgingConfig | None = None, fits: Executor | None = None) -> Engine:
     inbox: asyncio.Queue[Event] = asyncio.Queue()
     commands: asyncio.Queue[object] = asyncio.Queue()
     core = Scheduler([Lane("e0", commands, max_running)], policy or FCFS(),  # type: ignore[arg-type]
                      SchedulerConfig(max_running=max_running, aging=aging or AgingConfig()),
-                     inbox)
+                     inbox, fits=fits)
     core.accepting = True
     return Engine(core, inbox, commands, TRUTH)
 
@@ -151,6 +154,65 @@ async def test_aging_bounds_follow_the_learned_clock() -> None:
     assert due - start < min(bounds.values()) / 8
 
 
+@pytest.mark.asyncio
+async def test_in_the_worker_the_loop_goes_on_while_a_fit_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's core fits in a worker thread: while a fit is held there the core keeps
+    handling steps (no second fit is started for the lane), and the fit comes back as an
+    event the clock adopts, the same model as fitting that window inline."""
+    release, taken, fit = threading.Event(), [], clockmod.fit
+
+    def held_fit(window: clockmod.Window) -> clockmod.Fit:
+        taken.append(window)
+        assert release.wait(10.0)
+        return fit(window)
+
+    monkeypatch.setattr(clockmod, "fit", held_fit)
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        engine = _core(fits=worker)
+        lane = engine.core.lanes[0]
+        for i in range(4):  # 300 steps of work
+            engine.core.submit(Job(job_id=f"a{i}", prompt_token_ids=[1] * 50,
+                                   sampling=SamplingSpec(max_tokens=300, ignore_eos=True),
+                                   arrival_time=0.0, predicted_output_tokens=300.0),
+                               OutputStream())
+        engine.turn()
+        while lane.clock.samples < clockmod.MIN_SAMPLES * 4:  # past three due fits
+            engine.step()
+        assert len(taken) == 1 and lane.clock.fits == 0  # one in the worker, none adopted
+        assert lane.clock.cost == CostModel()  # the prior meanwhile
+        release.set()
+        await _until(lambda: lane.clock.fits > 0, engine)  # its Refitted event came
+        assert lane.clock.fits == 1 and lane.clock.fitted_at == clockmod.MIN_SAMPLES
+        assert lane.clock.cost == fit(taken[0]).cost
+        assert engine.core.policy.cost == lane.clock.cost  # the estimates moved with it
+        while lane.clock.samples < clockmod.MIN_SAMPLES * 8:  # the next due fit: 64
+            engine.step()
+        await _until(lambda: lane.clock.fits > 1, engine)
+        assert [window.samples for window in taken] == [clockmod.MIN_SAMPLES, 64]
+
+
+async def _until(done: Callable[[], bool], engine: Engine) -> None:
+    for _ in range(500):
+        if done():
+            return
+        await asyncio.sleep(0.01)
+        engine.turn()
+    raise AssertionError("not within 5 s")
+
+
+def test_a_fit_of_a_window_older_than_the_prior_is_not_adopted() -> None:
+    clock = StepClock(CostModel())
+    _feed(clock, TRUTH, np.random.default_rng(2), 40)
+    late = clockmod.fit(clock.window())
+    clock.set_prior(TRUTH)  # a reload: refits at once with the new prior
+    fits = clock.fits
+    assert not clock.adopt(late) and clock.fits == fits
+    older = clock.window()
+    _feed(clock, TRUTH, np.random.default_rng(3), 40)  # a later fit was adopted since
+    assert not clock.adopt(clockmod.fit(older))
+
+
 def _feed(clock: StepClock, truth: CostModel, rng: np.random.Generator, steps: int,
           noise: float = 0.0, batch_range: tuple[int, int] = (1, 9),
           outlier_every: int = 0, skew: float = 0.0, prefill_skew: float = 0.0) -> None:
@@ -174,7 +236,8 @@ def _feed(clock: StepClock, truth: CostModel, rng: np.random.Generator, steps: i
         if outlier_every and i % outlier_every == outlier_every - 1:
             dt += 0.2  # a GC pause, a late loop
         now += dt
-        clock.step(now, jobs)
+        if clock.step(now, jobs):
+            clock.refit()
 
 
 def test_a_few_hundred_noisy_steps_with_outliers_are_enough() -> None:

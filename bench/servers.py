@@ -234,7 +234,8 @@ def _waits(text: str) -> dict[str, float]:
 def describe_waits(waits: dict[str, float]) -> str:
     """"; held: wait-is-cheaper 120, policy 3; to first token: predict 12 / queue 840 /
     engine 310 ms mean; shadow refusals: met 2, missed 9; event loop late > 25 ms 14, > 50 ms
-    3, > 100 ms 0 of 2400 probes" ("" where nothing was counted)."""
+    3, > 100 ms 0, > 1000 ms 0 of 2400 probes" ("" where nothing was counted; a probe late
+    by more than a second is a stall the server log names with its stack)."""
     parts = []
     held = {k[5:]: v for k, v in waits.items() if k.startswith("held:") and v}
     if held:
@@ -251,7 +252,7 @@ def describe_waits(waits: dict[str, float]) -> str:
     if probes := waits.get("lag:+Inf", 0.0):
         parts.append("event loop late " + ", ".join(
             f"> {1000 * float(le):g} ms {probes - waits.get(f'lag:{le}', probes):g}"
-            for le in ("0.025", "0.05", "0.1")) + f" of {probes:g} probes")
+            for le in ("0.025", "0.05", "0.1", "1.0")) + f" of {probes:g} probes")
     return "".join(f"; {part}" for part in parts)
 
 

@@ -322,7 +322,7 @@ def test_a_run_where_nothing_completed_is_summarized_and_read_back(tmp_path: Pat
 def test_the_waits_a_server_counts_are_read_per_label_and_differenced() -> None:
     from bench.servers import Counters, _waits, describe_waits
 
-    def scrape(held: float, queue_s: float, n: float, lag: tuple[int, int, int, int]
+    def scrape(held: float, queue_s: float, n: float, lag: tuple[int, int, int, int, int]
                ) -> Counters:
         text = "\n".join([
             '# TYPE lengthwise_admission_held_total counter',
@@ -334,17 +334,18 @@ def test_the_waits_a_server_counts_are_read_per_label_and_differenced() -> None:
             f'lengthwise_ttft_phase_seconds_bucket{{le="1.0",phase="queue"}} {n}',
             'lengthwise_slo_shadow_refusals_total{outcome="missed",priority="0"} 2.0',
             *(f'lengthwise_event_loop_lag_seconds_bucket{{le="{le}"}} {count}'
-              for le, count in zip(("0.025", "0.05", "0.1", "+Inf"), lag, strict=True))])
+              for le, count in zip(("0.025", "0.05", "0.1", "1.0", "+Inf"), lag, strict=True))])
         return Counters(0.0, 0.0, 0.0, _waits(text))
 
-    run = scrape(10, 4.5, 7, (990, 997, 1000, 1000)) - scrape(4, 0.5, 2, (95, 99, 100, 100))
+    run = (scrape(10, 4.5, 7, (990, 997, 998, 999, 1000))
+           - scrape(4, 0.5, 2, (95, 99, 100, 100, 100)))
     assert run.waits == {"held:policy": 12.0, "held:wait-is-cheaper": 0.0,
                          "ttft_s:queue": 4.0, "ttft_n:queue": 5.0, "shadow:missed": 0.0,
-                         "lag:0.025": 895.0, "lag:0.05": 898.0, "lag:0.1": 900.0,
-                         "lag:+Inf": 900.0}
+                         "lag:0.025": 895.0, "lag:0.05": 898.0, "lag:0.1": 898.0,
+                         "lag:1.0": 899.0, "lag:+Inf": 900.0}
     assert describe_waits(run.waits) == (
         "; held: policy 12; to first token: queue 800 ms mean; event loop late > 25 ms 5, "
-        "> 50 ms 2, > 100 ms 0 of 900 probes")
+        "> 50 ms 2, > 100 ms 2, > 1000 ms 1 of 900 probes")
     assert describe_waits({}) == ""
 
 

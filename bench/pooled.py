@@ -9,12 +9,18 @@ SYSTEM instead of --system (the same code under another name, e.g. a knob set to
 default). Per load: each figure's paired ratio to the baseline, geometric mean over the
 pairs (min-max; in how many pairs the system was worse), the pairs whose engine speeds
 differ by more than 10 % counted in, the engine step ratio's geometric mean, and whether the
-pooled ratios meet issue 39's do-no-harm target (NO_HARM); then each figure per load band
-at equal engine speed (bench sweep's own fit, over all the pairs)."""
+pooled ratios meet issue 39's do-no-harm target (NO_HARM); then each figure's plain mean
+over the same runs, system / baseline, in its own units (the sizes behind the ratios: in
+the geometric mean a pair at 60 against 40 ms weighs as much as one at 3.0 against 2.0 s),
+with the system's event-loop stalls (its loop watch's probes late by more than a second);
+then each figure per load band at equal engine speed (bench sweep's own fit, over all the
+pairs)."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -95,6 +101,37 @@ def table(runs: Sequence[SweepRun], baseline: str, unflagged: bool = False,
     return "\n".join(lines) + "\n"
 
 
+def sizes_table(runs: Sequence[SweepRun], baseline: str) -> str:
+    """Per load: each figure's arithmetic mean over the paired runs, the system's / the
+    baseline's (TTFT in ms, JCT in s, attainment in %), and the system's event-loop stalls
+    (probes late by more than a second, summed over its runs: `lag` in servers.Counters)."""
+    by_load: dict[float, list[tuple[SweepRun, SweepRun]]] = {}
+    for run, ref in stats.paired(runs, baseline):
+        by_load.setdefault(run.load, []).append((run, ref))
+    units = {"mean_ttft": ("ms", 1e3, 0), "p99_ttft": ("ms", 1e3, 0),
+             "mean_tpot": ("ms", 1e3, 2), "mean_jct": ("s", 1.0, 2), "p99_jct": ("s", 1.0, 2),
+             "attainment": ("%", 100.0, 1)}
+    lines = ["| load | pairs | " + " | ".join(f"{_NAMES[f]} ({unit})"
+                                               for f, (unit, _, _) in units.items())
+             + " | loop stalls > 1 s |", "|---" * (len(units) + 3) + "|"]
+    for load, rows in sorted(by_load.items()):
+        cells = []
+        for figure, (_, scale, digits) in units.items():
+            mine = [run.figure(figure) for run, _ in rows]
+            theirs = [ref.figure(figure) for _, ref in rows]
+            if any(math.isnan(v) for v in mine + theirs):
+                cells.append("–")
+                continue
+            cells.append(f"{scale * statistics.fmean(mine):.{digits}f} / "
+                         f"{scale * statistics.fmean(theirs):.{digits}f}")
+        stalls = sum(run.waits.get("lag:+Inf", 0.0) - run.waits.get("lag:1.0", 0.0)
+                     for run, _ in rows if "lag:1.0" in run.waits)
+        counted = sum("lag:1.0" in run.waits for run, _ in rows)
+        cells.append(f"{stalls:g} in {counted} runs" if counted else "–")
+        lines.append(f"| {load:g}x | {len(rows)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def no_harm(pooled: dict[str, float], objectives_sent: bool) -> str:
     """The do-no-harm verdict (NO_HARM) on one load's pooled ratios: "yes", or the figures
     past their limit. Ratios shown to two places are judged as shown (1.004x is 1.00x).
@@ -127,6 +164,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                for results, system in ((load_results(out / "sweep.json"), system)
                                        for out, system in sources))
     print(table(runs, args.baseline, args.unflagged, objectives_sent=sent))
+    print(f"Plain means over the same runs, {args.system} / {args.baseline}:\n")
+    print(sizes_table(runs, args.baseline))
     print("At equal engine speed (log ratio fitted on log step ratio, per load band, "
           "+-2 standard errors):\n")
     print(adjusted_table(stats.at_equal_speed(runs, args.baseline), args.baseline))

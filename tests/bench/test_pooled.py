@@ -11,7 +11,7 @@ import pytest
 
 from bench.enginespeed import Bin, DecodeSpeed
 from bench.metrics import RequestResult, summarize
-from bench.pooled import main, pooled_runs, table
+from bench.pooled import main, pooled_runs, sizes_table, table
 from bench.sweep import SweepResults
 from bench.sweepstats import SweepRun
 from bench.workload import WorkloadSpec
@@ -57,6 +57,15 @@ def test_pairs_of_several_sweeps_pool_apart(tmp_path: Path,
 
     # every latency 0.93x (the requests' TTFT scale with their JCT), no attainment measured
     assert table(runs, "vllm").rstrip().endswith("| – | 1.06x | yes |")  # engine step 1.06x
+
+    # the plain means: JCT 1, 3, 2, 2 s against 2 s each (TTFT a quarter): equal, where the
+    # geometric mean of the ratios says 0.93x; no objectives, no loop watch counted
+    assert sizes_table(runs, "vllm").splitlines()[2] == (
+        "| 1x | 4 | 500 / 500 | 500 / 500 | 166.67 / 166.67 | 2.00 / 2.00 | 2.00 / 2.00 | – "
+        "| – |")
+    with_stalls = [msgspec.structs.replace(run, waits={"lag:1.0": 98.0, "lag:+Inf": 100.0})
+                   if run.system == "lw" else run for run in runs]
+    assert sizes_table(with_stalls, "vllm").rstrip().endswith("| – | 8 in 4 runs |")
 
     main(["--system", "lw", one, f"{two}@lw+k=v"])
     out = capsys.readouterr().out

@@ -151,6 +151,11 @@ class SloConfig(_Section, frozen=True):
     # overload, refuse nothing it would serve in time (daemon/core/forecast.py). 0: refuse
     # on the forecast alone (the rule before 2026-11-29's fourteenth session).
     refuse_after_late: Annotated[int, msgspec.Meta(ge=0), BENCH_KNOB] = 1
+    # A forecast of the wait refuses only a first token it predicts past this many times the
+    # objective (1.25: 25 % over); a miss known without one (the time waited) is refused at
+    # any overshoot. In shadow mode at 1.0-2x, would-be refusals predicted past 1.25x missed
+    # ~95 % of the time (docs/results/2026-11-30-refusal-forecasts-and-aa.md).
+    refuse_overshoot: Annotated[float, msgspec.Meta(ge=1.0), BENCH_KNOB] = 1.0
 
 
 class PredictorConfig(_Section, frozen=True):

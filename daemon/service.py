@@ -77,6 +77,7 @@ def adopt_slo(forecast: Forecaster, slo: SloConfig) -> None:
     forecast.enforce = slo.enforce
     forecast.refuse_quantile = slo.refuse_quantile
     forecast.overload.after_late = slo.refuse_after_late
+    forecast.refuse_overshoot = slo.refuse_overshoot
 
 
 def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Queue[Event],

@@ -78,6 +78,9 @@ class Forecaster:
         # Percentile of the start errors (real / forecast wait) admission refuses on
         # ([slo] refuse_quantile): a refused job misses even at a start this early.
         self.refuse_quantile = 50.0
+        # A forecast refuses only a first token predicted past this x the objective
+        # ([slo] refuse_overshoot).
+        self.refuse_overshoot = 1.0
         self.overload = Overload()  # whether a forecast of the queue may refuse at all
         self.promises = Promises()  # the starts promised, and how they came true
 
@@ -204,6 +207,10 @@ class Forecaster:
         refusal = slo.refusal(job, start_s, self.estimates.policy, self.decode_step_s())
         if refusal is None or not seconds:
             return refusal
+        if (refusal.reason == "ttft" and job.slo is not None
+                and refusal.overshoot(job.slo) <= self.refuse_overshoot):
+            # a forecast's near miss: accepted, on the forecast's own error
+            return slo.refusal(job, waited, self.estimates.policy, self.decode_step_s())
         return refusal._replace(forecast="memory" if memory else "queue", wait_s=seconds,
                                 margin=margin, ahead=ahead)
 

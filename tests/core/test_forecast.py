@@ -229,6 +229,26 @@ async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_forecast_refuses_only_past_the_overshoot() -> None:
+    """[slo] refuse_overshoot: a forecast's first token 2x the objective is refused at 1.0
+    and 1.5, accepted at 2.5; one already late by the time waited is refused at any (here
+    100: not on the forecast, on the time waited)."""
+    core = frozen_core()
+    forecast, now = core.forecast, core.now()
+    core.lanes[0].running["r"] = new_job("r", 100, now)  # a forecast wait of 1 s
+    learn_forecast_errors(forecast)
+    for overshoot, refused in ((1.0, True), (1.5, True), (2.5, False)):
+        forecast.refuse_overshoot = overshoot
+        refusal = forecast.refusal(new_job("n", 5, now, slo=Slo(ttft_s=0.5)))
+        assert (refusal is not None) is refused, overshoot
+        if refusal is not None:
+            assert refusal.overshoot(Slo(ttft_s=0.5)) == pytest.approx(2.0, abs=0.05)
+    forecast.refuse_overshoot = 100.0
+    waited = forecast.refusal(new_job("w", 5, now - 2.0, slo=Slo(ttft_s=0.5)))
+    assert waited is not None and waited.forecast == "none"
+
+
+@pytest.mark.asyncio
 async def test_a_request_that_starts_now_waits_for_no_typical_slot() -> None:
     """Memory admission counts slots in typical footprints: one running job of the typical
     size fills this lane by that count, but a small job fits beside it now and starts now,

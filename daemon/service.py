@@ -78,6 +78,7 @@ def adopt_slo(forecast: Forecaster, slo: SloConfig) -> None:
     forecast.refuse_quantile = slo.refuse_quantile
     forecast.overload.after_late = slo.refuse_after_late
     forecast.refuse_overshoot = slo.refuse_overshoot
+    forecast.waiting.late_in_place = slo.late == "in-place"
 
 
 def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Queue[Event],

@@ -49,6 +49,9 @@ class WaitQueue:
         self.bound = bound  # None disables aging
         self.slo_times = slo_times  # None: objectives never move a job
         self.by_slack = False  # on-time jobs by latest start (order_by_slack)
+        # A job that turned late keeps its place among the on-time jobs of its class (by its
+        # latest start, passed, in slack order) instead of waiting behind them ([slo] late).
+        self.late_in_place = False
         self._seq = itertools.count()
         self._heap: list[_Entry] = []
         self._ages: list[_AgeEntry] = []
@@ -225,11 +228,14 @@ class WaitQueue:
     def _add(self, job: Job, times: tuple[float, float] | None) -> int:
         seq = next(self._seq)
         self._live[job.job_id] = (seq, job)
-        if job.on_time and self.by_slack:  # by latest start; none (TPOT only) last
+        rank = self.rank(job)
+        if self.late_in_place and job.slo_missed and self.slo_times is not None:
+            rank, times = rank - 1, self.slo_times(job)  # its place among the on-time jobs
+        if rank % 2 == 0 and self.by_slack:  # the on-time tier by latest start; none last
             key = times[1] if times is not None else float("inf")
         else:
             key = self._order_key(job)
-        heapq.heappush(self._heap, (self.rank(job), key, seq, job))
+        heapq.heappush(self._heap, (rank, key, seq, job))
         return seq
 
     @staticmethod

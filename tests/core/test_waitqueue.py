@@ -65,6 +65,27 @@ def test_a_job_low_on_slack_is_promoted_then_late() -> None:
     assert queue.expiry_due() == 20.0
 
 
+def test_a_late_job_keeps_its_place_with_late_in_place() -> None:
+    """[slo] late = "in-place": a job that turned late stays among the on-time jobs of its
+    class, by its (passed) latest start in slack order: ahead of the on-time jobs that
+    arrived after it, still behind a more urgent class and ahead of best effort; it is not
+    handed back again at its latest start."""
+    late, fresh = _job("late", 50, ttft_s=10), _job("fresh", 5, ttft_s=10)
+    fresh.arrival_time = 5.0
+    best_effort, urgent_class = _job("be", 1), _job("urgent", 99, priority=-1)
+    queue = _queue(late, fresh, best_effort, urgent_class)
+    queue.late_in_place = True
+    queue.order_by_slack(True)
+    assert queue.expire(10.0) == [late]
+    late.slo_missed = True
+    queue.update(late)
+    assert _order(queue) == ["urgent", "late", "fresh", "be"]
+    assert queue.expiry_due() == 15.0  # fresh's only
+    queue.late_in_place = False
+    queue.update(late)  # behind, the default: best effort, in the policy's order
+    assert _order(queue) == ["urgent", "fresh", "be", "late"]
+
+
 def test_best_effort_only_keeps_the_policy_order() -> None:
     jobs = [_job(str(n), n) for n in (3, 1, 2)]
     queue = _queue(*jobs)

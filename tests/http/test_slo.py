@@ -226,3 +226,17 @@ async def test_shadow_mode_serves_what_it_would_refuse_and_counts_how_it_went(
     assert 'lengthwise_slo_shadow_overshoot_count{outcome="missed"} 1.0' in metrics
     assert 'lengthwise_slo_shadow_overshoot_bucket{le="5.0",outcome="missed"} 0.0' in metrics
     assert 'outcome="refused"' not in metrics
+
+
+@pytest.mark.asyncio
+async def test_the_slo_sections_admission_knobs_reach_the_core_on_reload(
+        rig: tuple[httpx.AsyncClient, Service]) -> None:
+    """[slo] refuse_overshoot, late and refuse_after_late (benchmark knobs), applied as a
+    reload would: the forecast and the waiting set take them."""
+    _, service = rig
+    forecast = service.scheduler.forecast
+    assert (forecast.refuse_overshoot, forecast.waiting.late_in_place) == (1.0, False)
+    service.apply(msgspec.structs.replace(service.config, slo=SloConfig(
+        classes=CLASSES, refuse_overshoot=1.25, late="in-place", refuse_after_late=3)))
+    assert forecast.refuse_overshoot == 1.25 and forecast.waiting.late_in_place
+    assert forecast.overload.after_late == 3

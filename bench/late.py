@@ -20,6 +20,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from bench import sweepstats as stats
 from bench.servers import parse_system
 from bench.sweep import RunFile, load_results
 
@@ -32,14 +33,13 @@ def late_first_tokens(out: Path, system: str, baseline: str
     results = load_results(out / "sweep.json")
     if results.slo_ttft is None:
         raise SystemExit(f"{out}: ran without --slo-ttft")
-    ran = {(run.system, run.load, run.repeat) for run in results.runs}
     found: dict[float, dict[str, list[float]]] = {}
-    for _, load, repeat in sorted(key for key in ran if key[0] == system):
-        if (baseline, load, repeat) not in ran:
+    for run, ref in stats.paired(results.runs, baseline):
+        if run.system != system:
             continue
-        cells = found.setdefault(load, {})
+        cells = found.setdefault(run.load, {})
         for role, name in (("system", system), ("baseline", baseline)):
-            tag = f"{parse_system(name).label}-x{load:g}-{repeat}"
+            tag = f"{parse_system(name).label}-x{run.load:g}-{run.repeat}"
             requests = msgspec.json.decode((out / "runs" / f"{tag}.json").read_bytes(),
                                            type=RunFile).requests
             cells.setdefault(role, []).extend(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -75,10 +75,8 @@ def table(runs: Sequence[SweepRun], baseline: str, unflagged: bool = False,
     # flagged as the sweep's own pair-by-pair table flags them (stats.pairs): a pair with
     # no step times is not flagged
     flags = {(p.load, p.repeat, p.system): p for p in stats.pairs(runs, baseline)}
-    by_load: dict[float, list[tuple[SweepRun, SweepRun]]] = {}
-    for run, ref in stats.paired(runs, baseline):
-        if not (unflagged and flags[(run.load, run.repeat, run.system)].flagged):
-            by_load.setdefault(run.load, []).append((run, ref))
+    by_load = _by_load(runs, baseline, lambda run: not (
+        unflagged and flags[(run.load, run.repeat, run.system)].flagged))
     lines = ["| load | pairs (flagged) | " + " | ".join(_NAMES.values())
              + " | engine step | do no harm |", "|---" * (len(_NAMES) + 4) + "|"]
     for load, rows in sorted(by_load.items()):
@@ -105,9 +103,7 @@ def sizes_table(runs: Sequence[SweepRun], baseline: str) -> str:
     """Per load: each figure's arithmetic mean over the paired runs, the system's / the
     baseline's (TTFT in ms, JCT in s, attainment in %), and the system's event-loop stalls
     (probes late by more than a second, summed over its runs: `lag` in servers.Counters)."""
-    by_load: dict[float, list[tuple[SweepRun, SweepRun]]] = {}
-    for run, ref in stats.paired(runs, baseline):
-        by_load.setdefault(run.load, []).append((run, ref))
+    by_load = _by_load(runs, baseline, lambda run: True)
     units = {"mean_ttft": ("ms", 1e3, 0), "p99_ttft": ("ms", 1e3, 0),
              "mean_tpot": ("ms", 1e3, 2), "mean_jct": ("s", 1.0, 2), "p99_jct": ("s", 1.0, 2),
              "attainment": ("%", 100.0, 1)}
@@ -130,6 +126,16 @@ def sizes_table(runs: Sequence[SweepRun], baseline: str) -> str:
         cells.append(f"{stalls:g} in {counted} runs" if counted else "–")
         lines.append(f"| {load:g}x | {len(rows)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _by_load(runs: Sequence[SweepRun], baseline: str, keep: Callable[[SweepRun], bool]
+             ) -> dict[float, list[tuple[SweepRun, SweepRun]]]:
+    """The (run, baseline's run) pairs kept, by load."""
+    by_load: dict[float, list[tuple[SweepRun, SweepRun]]] = {}
+    for run, ref in stats.paired(runs, baseline):
+        if keep(run):
+            by_load.setdefault(run.load, []).append((run, ref))
+    return by_load
 
 
 def no_harm(pooled: dict[str, float], objectives_sent: bool) -> str:

@@ -3,8 +3,9 @@
 Events go into the core's one inbox (an asyncio.Queue) and are handled in order by its loop
 (daemon.core.scheduler): from the HTTP side (Submitted, Cancelled), the predictor
 (Predicted), the executors (Started, Tokens, Stopped, EngineDown, EngineUp, Capacity,
-EngineFailed), the daemon (Reconfigured) and the core's own clock fits (Refitted). Commands go into one executor's queue (Launch, Stop,
-Shutdown). Executors report facts; the core decides what they mean for the job.
+EngineFailed), the daemon (Reconfigured) and the core's own clock fits (Refitted).
+Commands go into one executor's queue (Launch, Stop, Shutdown). Executors report facts;
+the core decides what they mean for the job.
 """
 
 from __future__ import annotations

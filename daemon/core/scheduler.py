@@ -78,8 +78,8 @@ class Scheduler:
         self.accepting = False
         self.failed = asyncio.Event()  # every engine is down for good
         self.repredictor = Repredictor(inbox, remaining)
-        self.refits = Refits(inbox, fits)
         self.repredictor.timeout_s = policy.repredict_timeout_s
+        self.refits = Refits(inbox, fits)
         self._predictor = predictor
         self._ended = ended
         self._by_name = {lane.name: lane for lane in self.lanes}

@@ -156,11 +156,13 @@ class SloConfig(_Section, frozen=True):
     # any overshoot. In shadow mode at 1.0-2x, would-be refusals predicted past 1.25x missed
     # ~95 % of the time (docs/results/2026-11-30-refusal-forecasts-and-aa.md).
     refuse_overshoot: Annotated[float, msgspec.Meta(ge=1.0), BENCH_KNOB] = 1.0
-    # Where a waiting job that can no longer meet its objective waits: "behind" every job of
-    # its class that still can (fewer jobs turn late, those that do wait longer: its p99
-    # first token is a late job's), or "in-place": where it was (in slack order, by its
-    # latest start: ahead of the on-time jobs that arrived after it, as in arrival order).
-    late: Annotated[Literal["behind", "in-place"], BENCH_KNOB] = "behind"
+    # Where a waiting job that can no longer meet its objective waits: "in-place": where it
+    # was (in slack order, by its latest start: ahead of the on-time jobs that arrived after
+    # it, as in arrival order), or "behind" every job of its class that still can (the rule
+    # before 2026-11-30's 21st session: fewer jobs turn late, those that do wait longer).
+    # In place against behind on the same draws: p99 TTFT 0.74x / 0.85x at 0.8 / 1.2x,
+    # attainment 1.21x at 1.5x and 1.15x at 2x (docs/results/2026-11-30-late-jobs-in-place.md).
+    late: Annotated[Literal["behind", "in-place"], BENCH_KNOB] = "in-place"
 
 
 class PredictorConfig(_Section, frozen=True):

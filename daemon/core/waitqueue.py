@@ -51,7 +51,7 @@ class WaitQueue:
         self.by_slack = False  # on-time jobs by latest start (order_by_slack)
         # A job that turned late keeps its place among the on-time jobs of its class (by its
         # latest start, passed, in slack order) instead of waiting behind them ([slo] late).
-        self.late_in_place = False
+        self.late_in_place = True
         self._seq = itertools.count()
         self._heap: list[_Entry] = []
         self._ages: list[_AgeEntry] = []

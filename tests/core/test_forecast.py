@@ -201,6 +201,7 @@ async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
     core = frozen_core()
     forecast, now = core.forecast, core.now()
     forecast.overload.after_late = 2
+    core.waiting.late_in_place = False  # [slo] late = "behind": the late jobs go after "n"
     core.waiting.order_by_slack(False)
     core.lanes[0].running["r"] = new_job("r", 100, now)  # a forecast wait of 1 s
     learn_forecast_errors(forecast)

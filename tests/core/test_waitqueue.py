@@ -53,6 +53,7 @@ def test_a_job_low_on_slack_is_promoted_then_late() -> None:
     short_slo, long_slo = _job("short", 5, ttft_s=20), _job("long", 50, ttft_s=10)
     urgent_class = _job("urgent", 1, priority=-1)
     queue = _queue(short_slo, long_slo, urgent_class)
+    queue.late_in_place = False  # [slo] late = "behind"
     assert queue.peek(8.0) is urgent_class  # class first while the long one has slack
     assert queue.peek(9.0) is long_slo  # 1 s of slack left: promoted, ahead of any class
     queue.remove(urgent_class)
@@ -66,15 +67,15 @@ def test_a_job_low_on_slack_is_promoted_then_late() -> None:
 
 
 def test_a_late_job_keeps_its_place_with_late_in_place() -> None:
-    """[slo] late = "in-place": a job that turned late stays among the on-time jobs of its
-    class, by its (passed) latest start in slack order: ahead of the on-time jobs that
-    arrived after it, still behind a more urgent class and ahead of best effort; it is not
-    handed back again at its latest start."""
+    """[slo] late = "in-place", the default: a job that turned late stays among the on-time
+    jobs of its class, by its (passed) latest start in slack order: ahead of the on-time
+    jobs that arrived after it, still behind a more urgent class and ahead of best effort;
+    it is not handed back again at its latest start."""
     late, fresh = _job("late", 50, ttft_s=10), _job("fresh", 5, ttft_s=10)
     fresh.arrival_time = 5.0
     best_effort, urgent_class = _job("be", 1), _job("urgent", 99, priority=-1)
     queue = _queue(late, fresh, best_effort, urgent_class)
-    queue.late_in_place = True
+    assert queue.late_in_place
     queue.order_by_slack(True)
     assert queue.expire(10.0) == [late]
     late.slo_missed = True
@@ -82,7 +83,7 @@ def test_a_late_job_keeps_its_place_with_late_in_place() -> None:
     assert _order(queue) == ["urgent", "late", "fresh", "be"]
     assert queue.expiry_due() == 15.0  # fresh's only
     queue.late_in_place = False
-    queue.update(late)  # behind, the default: best effort, in the policy's order
+    queue.update(late)  # behind: best effort, in the policy's order
     assert _order(queue) == ["urgent", "fresh", "be", "late"]
 
 

@@ -235,8 +235,8 @@ async def test_the_slo_sections_admission_knobs_reach_the_core_on_reload(
     reload would: the forecast and the waiting set take them."""
     _, service = rig
     forecast = service.scheduler.forecast
-    assert (forecast.refuse_overshoot, forecast.waiting.late_in_place) == (1.0, False)
+    assert (forecast.refuse_overshoot, forecast.waiting.late_in_place) == (1.0, True)
     service.apply(msgspec.structs.replace(service.config, slo=SloConfig(
-        classes=CLASSES, refuse_overshoot=1.25, late="in-place", refuse_after_late=3)))
-    assert forecast.refuse_overshoot == 1.25 and forecast.waiting.late_in_place
+        classes=CLASSES, refuse_overshoot=1.25, late="behind", refuse_after_late=3)))
+    assert forecast.refuse_overshoot == 1.25 and not forecast.waiting.late_in_place
     assert forecast.overload.after_late == 3

@@ -188,7 +188,8 @@ class Job:
     kv_residency: KVResidency | None = None
     # Its latency objective (None = best effort); crosses preemptions and engine restarts.
     slo: Slo | None = None
-    # The core found it can no longer meet its objective: it waits as best effort.
+    # The core found it can no longer meet its objective: it waits on, in its place among the
+    # on-time jobs or behind them as best effort ([slo] late).
     slo_missed: bool = False
     # The refusal admission would have made where it only counts them ([slo] enforce =
     # false, shadow mode); None: it would have been accepted.

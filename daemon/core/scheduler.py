@@ -328,7 +328,7 @@ class Scheduler:
             self.forecast.turned_late(job.job_id, self.now())  # its error is known
             if job.slo is not None and job.slo.sheddable and self.waiting.remove(job):
                 self._shed(job, "rejected-ttl-expired", "it can no longer meet its objective")
-            else:  # it waits on as best effort
+            else:  # it waits on, in place or behind ([slo] late)
                 job.slo_missed = True
                 self.waiting.update(job)
         self.waiting.order_by_slack(self.forecast.overloaded())  # on-time jobs, in overload

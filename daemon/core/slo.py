@@ -5,7 +5,8 @@ A job with an objective (job.slo: first token within ttft_s of arrival, then tpo
 token) waits ahead of best-effort jobs of its class while it can still make it (WaitQueue's
 tier), in the policy's order, and is promoted (goes first, earliest deadline first) when its
 slack runs low: PROMOTE_SLACK of its TTFT budget before its latest start. At its latest start
-it is late: a sheddable job is dropped, any other waits on as best effort (slo_missed).
+it is late: a sheddable job is dropped, any other waits on (slo_missed): by default in its
+place among the on-time jobs of its class, or behind them as best effort ([slo] late).
 
 Every figure is in the learned clock's seconds (the policy's cost model), with the jobs'
 predicted lengths: a new request's first token is forecast by list-scheduling the jobs that

@@ -30,7 +30,7 @@ class WaitQueue:
     core): then by slack, earliest latest start first, as admission forecasts them (core/
     forecast.py). An on-time job's deadline is its promotion time under its objective, when
     that is earlier than aging's; at its latest start `expire` hands it back to the core (to
-    shed, or to wait on as best effort).
+    shed, or to wait on: in its place, or behind as best effort, `late_in_place`).
 
     Each job may wait `bound(job)` seconds in *total*: every interval it spent here, across
     preemptions and slices, so a job that keeps being sent back cannot dodge promotion.

@@ -22,7 +22,7 @@ import numpy as np
 
 from bench import sweepstats as stats
 from bench.servers import parse_system
-from bench.sweep import RunFile, load_results
+from bench.sweep import RunFile, load_results, run_file
 
 
 def late_first_tokens(out: Path, system: str, baseline: str
@@ -38,10 +38,9 @@ def late_first_tokens(out: Path, system: str, baseline: str
         if run.system != system:
             continue
         cells = found.setdefault(run.load, {})
-        for role, name in (("system", system), ("baseline", baseline)):
-            tag = f"{parse_system(name).label}-x{run.load:g}-{run.repeat}"
-            requests = msgspec.json.decode((out / "runs" / f"{tag}.json").read_bytes(),
-                                           type=RunFile).requests
+        for role, each in (("system", run), ("baseline", ref)):
+            path = run_file(out, parse_system(each.system).label, each.load, each.repeat)
+            requests = msgspec.json.decode(path.read_bytes(), type=RunFile).requests
             cells.setdefault(role, []).extend(
                 r.ttft_s for r in requests
                 if r.ok and r.ttft_s is not None and r.ttft_s > results.slo_ttft)

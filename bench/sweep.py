@@ -249,7 +249,8 @@ def _one_run(server: Server, system: System, args: argparse.Namespace,
              position: int) -> SweepRun:
     k, multiple = load
     rate = round(multiple * results.capacity_rps, 4)
-    tag = f"{system.label}-x{multiple:g}-{repeat}"
+    path = run_file(args.out, system.label, multiple, repeat)
+    tag = path.stem
     # The same salt for every system (same work), another at each load (a server stays up
     # over the loads of a repetition: no run finds the last load's prompts in its cache).
     opts = compare.run_options(system, args, compare.salt(k))
@@ -275,9 +276,13 @@ def _one_run(server: Server, system: System, args: argparse.Namespace,
                    engine_speed=engine_speed,
                    wall_s=record.wall_s, cpu=record.cpu,
                    learned_profile=record.learned_profile, waits=record.waits)
-    (args.out / "runs" / f"{tag}.json").write_bytes(
-        msgspec.json.encode(RunFile(run=run, requests=record.requests)))
+    path.write_bytes(msgspec.json.encode(RunFile(run=run, requests=record.requests)))
     return run
+
+
+def run_file(out: Path, label: str, load: float, repeat: int) -> Path:
+    """Where a sweep at `out` keeps one run's summary and requests (RunFile)."""
+    return out / "runs" / f"{label}-x{load:g}-{repeat}.json"
 
 
 def describe(run: SweepRun) -> str:

@@ -168,9 +168,6 @@ class SloConfig(_Section, frozen=True):
     # grows with the queue, 0.69x the forecast wait with 0-3 jobs ahead at 2x memory-bound,
     # 3.3x with 15 or more).
     margin_by: Annotated[Literal["all", "depth"], BENCH_KNOB] = "all"
-    # When a promised request that turned late is a sample of the forecast's error: "late"
-    # (then: its error cut at its latest start, a lower bound) or "start" (its real wait).
-    late_sample: Annotated[Literal["late", "start"], BENCH_KNOB] = "late"
 
 
 class PredictorConfig(_Section, frozen=True):

@@ -80,7 +80,6 @@ def adopt_slo(forecast: Forecaster, slo: SloConfig) -> None:
     forecast.refuse_overshoot = slo.refuse_overshoot
     forecast.waiting.late_in_place = slo.late == "in-place"
     forecast.promises.by_depth = slo.margin_by == "depth"
-    forecast.promises.until_start = slo.late_sample == "start"
 
 
 def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Queue[Event],

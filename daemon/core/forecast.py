@@ -302,12 +302,10 @@ class Forecaster:
                                             first)
 
     def turned_late(self, job_id: str, now: float) -> None:
-        """A waiting job with an objective passed its latest start at `now`: a sign of
-        overload, and a sample of its promise's error (Promises.started) taken now, or
-        (Promises.until_start) when it starts."""
+        """A waiting job with an objective passed its latest start at `now`: a sample of
+        its promise's error (Promises.started), and a sign of overload."""
         self.overload.turned_late(now)
-        if not self.promises.until_start:
-            self.promises.started(job_id, now)
+        self.promises.started(job_id, now)
 
     def overloaded(self) -> bool:
         """Whether a forecast of the queue may refuse now (Overload.active)."""

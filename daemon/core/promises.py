@@ -39,9 +39,6 @@ class Promises:
     def __init__(self) -> None:
         # Read the samples of forecasts made at about the same depth ([slo] margin_by).
         self.by_depth = False
-        # A job that turned late is a sample when it starts ([slo] late_sample = "start"),
-        # not when it turned late (a lower bound of its error, cut at its latest start).
-        self.until_start = False
         # job id -> (loop time of its admission, its forecast wait (s), whether the wait
         # was the memory bound's, its depth band)
         self._promised: dict[str, tuple[float, float, bool, int]] = {}

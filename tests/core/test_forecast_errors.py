@@ -33,24 +33,6 @@ async def test_promises_made_below_overload_teach_nothing() -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_late_job_is_a_sample_when_it_turns_late_or_when_it_starts() -> None:
-    """By default a promised job that turns late is a sample then, its error cut at its
-    latest start; with late_sample = "start" (Promises.until_start) it is one when it
-    starts, at its real wait."""
-    for until_start, ratio in ((False, 1.2), (True, 3.0)):
-        core = frozen_core()
-        forecast, now = core.forecast, core.now()
-        forecast.promises.until_start = until_start
-        core.lanes[0].running["r"] = new_job("r", 100, now)  # a forecast wait of 1 s
-        core.waiting.order_by_slack(True)
-        job = new_job("j", 5, now, slo=Slo(ttft_s=5.0))
-        assert forecast.admit(job, [], 0, 10, set()) is None
-        forecast.turned_late(job.job_id, now + 1.2)
-        forecast.promises.started(job.job_id, now + 3.0)
-        assert forecast.promises.ratios(False, now + 3.0) == [pytest.approx(ratio, abs=0.05)]
-
-
-@pytest.mark.asyncio
 async def test_admission_scales_waits_by_the_errors_it_has_seen() -> None:
     core = frozen_core()
     forecast = core.forecast

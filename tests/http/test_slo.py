@@ -236,10 +236,9 @@ async def test_the_slo_sections_admission_knobs_reach_the_core_on_reload(
     _, service = rig
     forecast = service.scheduler.forecast
     assert (forecast.refuse_overshoot, forecast.waiting.late_in_place) == (1.0, True)
-    assert not forecast.promises.by_depth and not forecast.promises.until_start
+    assert not forecast.promises.by_depth
     service.apply(msgspec.structs.replace(service.config, slo=SloConfig(
         classes=CLASSES, refuse_overshoot=1.25, late="behind", refuse_after_late=3,
-        margin_by="depth", late_sample="start")))
+        margin_by="depth")))
     assert forecast.refuse_overshoot == 1.25 and not forecast.waiting.late_in_place
     assert forecast.overload.after_late == 3 and forecast.promises.by_depth
-    assert forecast.promises.until_start

@@ -163,11 +163,6 @@ class SloConfig(_Section, frozen=True):
     # In place against behind on the same draws: p99 TTFT 0.74x / 0.85x at 0.8 / 1.2x,
     # attainment 1.21x at 1.5x and 1.15x at 2x (docs/results/2026-11-30-late-jobs-in-place.md).
     late: Annotated[Literal["behind", "in-place"], BENCH_KNOB] = "in-place"
-    # Which recent starts the margin is read from: "all" of them, or ("depth") those of
-    # forecasts made with about as many jobs ahead (core/promises.py: the forecast's error
-    # grows with the queue, 0.69x the forecast wait with 0-3 jobs ahead at 2x memory-bound,
-    # 3.3x with 15 or more).
-    margin_by: Annotated[Literal["all", "depth"], BENCH_KNOB] = "all"
 
 
 class PredictorConfig(_Section, frozen=True):

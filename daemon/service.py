@@ -79,7 +79,6 @@ def adopt_slo(forecast: Forecaster, slo: SloConfig) -> None:
     forecast.overload.after_late = slo.refuse_after_late
     forecast.refuse_overshoot = slo.refuse_overshoot
     forecast.waiting.late_in_place = slo.late == "in-place"
-    forecast.promises.by_depth = slo.margin_by == "depth"
 
 
 def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Queue[Event],

@@ -146,10 +146,9 @@ class Forecaster:
         yet queued) and `shedding` ids already named to be shed: SloUnreachable when it
         cannot meet its objective; QueueFull at max_waiting unless a sheddable job of a
         less urgent class gives up its room (its id is returned and added to `shedding`)."""
-        wait, memory, depth = 0.0, False, 0
+        wait, memory = 0.0, False
         if job.on_time:
             ahead = self.ahead_of(job, pending)
-            depth = len(ahead)
             behind = self._wait_behind(job, ahead)
             wait, memory = behind.s, behind.memory
             refusal = self._refusal(job, behind, len(ahead))
@@ -168,7 +167,7 @@ class Forecaster:
         if (wait and math.isfinite(wait) and job.slo is not None and job.slo.ttft_s is not None
                 and self.waiting.by_slack):
             # accepted to wait, in the forecast's order (by_slack): its promise, no margin
-            self.promises.promise(job.job_id, self.now(), wait, memory, depth)
+            self.promises.promise(job.job_id, self.now(), wait, memory)
         return None if victim is None else victim.job_id
 
     def refusal(self, job: Job, pending: Iterable[Job] = ()) -> Refusal | None:
@@ -202,7 +201,7 @@ class Forecaster:
             seconds, memory = wait.s, wait.memory
         if not self.learned(memory) or not self.overloaded():
             seconds = 0.0
-        margin = self.margin(memory, ahead) if seconds else COLD_RATIO
+        margin = self.margin(memory) if seconds else COLD_RATIO
         waited = self.now() - job.arrival_time
         start_s = waited + max(seconds, RATIO_FLOOR_S) * margin if seconds else waited
         refusal = slo.refusal(job, start_s, self.estimates.policy, self.decode_step_s())
@@ -311,11 +310,11 @@ class Forecaster:
         """Whether a forecast of the queue may refuse now (Overload.active)."""
         return self.overload.active(self.now())
 
-    def margin(self, memory: bool = False, ahead: int | None = None) -> float:
+    def margin(self, memory: bool = False) -> float:
         """The learned margin (a ratio, refuse_quantile of real / forecast wait) of
-        forecasts of the work ahead, or (`memory`) of the memory bound, made with about
-        `ahead` jobs ahead where Promises.by_depth; COLD_RATIO before it is learned."""
-        return self.promises.margin(memory, self.now(), self.refuse_quantile, ahead)
+        forecasts of the work ahead, or (`memory`) of the memory bound; COLD_RATIO before
+        it is learned."""
+        return self.promises.margin(memory, self.now(), self.refuse_quantile)
 
     def learned(self, memory: bool = False) -> bool:
         """At least MIN_ERRORS samples of that forecast (Promises.learned)."""

@@ -6,13 +6,6 @@ sample. The samples are kept apart for forecasts of the work ahead and of the me
 (they err apart), the last ERROR_WINDOW of the last ERROR_HORIZON_S; a job that ends
 without starting, or is refused, leaves no sample. core/forecast.py refuses on a percentile
 of them (margin) once there are MIN_ERRORS (learned).
-
-The error grows with the queue: at 2x memory-bound, real over forecast wait was 0.69 (the
-median) for requests admitted with 0-3 jobs ahead, 2.1-2.3 with 4-14 and 3.3 with 15 or
-more (docs/results/2026-11-30-margin-by-depth.md). A margin read over all samples refuses
-shallow near-misses that make it and accepts deep ones that miss by seconds; `by_depth`
-reads the samples of forecasts made with about as many jobs ahead (depth_band, this band
-and the ones beside it) where there are MIN_ERRORS of them.
 """
 
 from __future__ import annotations
@@ -20,12 +13,6 @@ from __future__ import annotations
 import collections
 
 import numpy as np
-
-
-def depth_band(ahead: int) -> int:
-    """The band of a forecast by its jobs ahead: 0 for none, then powers of two (1, 2-3,
-    4-7, 8-15, ...)."""
-    return max(ahead, 0).bit_length()
 
 ERROR_WINDOW = 256  # most recent start errors it reads
 MIN_ERRORS = 8  # errors before they are used
@@ -37,21 +24,17 @@ _MAX_PROMISES = 4096  # promises kept (each leaves when its job starts or ends: 
 
 class Promises:
     def __init__(self) -> None:
-        # Read the samples of forecasts made at about the same depth ([slo] margin_by).
-        self.by_depth = False
         # job id -> (loop time of its admission, its forecast wait (s), whether the wait
-        # was the memory bound's, its depth band)
-        self._promised: dict[str, tuple[float, float, bool, int]] = {}
-        # (loop time, real / forecast wait, depth band) of the latest starts promised, by
-        # forecast: of the work ahead (False) or of the memory bound (True)
-        self._errors: dict[bool, collections.deque[tuple[float, float, int]]] = {
+        # was the memory bound's)
+        self._promised: dict[str, tuple[float, float, bool]] = {}
+        # (loop time, real / forecast wait) of the latest starts promised, by forecast:
+        # of the work ahead (False) or of the memory bound (True)
+        self._errors: dict[bool, collections.deque[tuple[float, float]]] = {
             memory: collections.deque(maxlen=ERROR_WINDOW) for memory in (False, True)}
 
-    def promise(self, job_id: str, now: float, wait_s: float, memory: bool,
-                ahead: int = 0) -> None:
-        """A job accepted at `now` to start `wait_s` from now, by that forecast, with
-        `ahead` jobs before it."""
-        self._promised[job_id] = (now, wait_s, memory, depth_band(ahead))
+    def promise(self, job_id: str, now: float, wait_s: float, memory: bool) -> None:
+        """A job accepted at `now` to start `wait_s` from now, by that forecast."""
+        self._promised[job_id] = (now, wait_s, memory)
         if len(self._promised) > _MAX_PROMISES:
             del self._promised[next(iter(self._promised))]  # the oldest
 
@@ -60,41 +43,31 @@ class Promises:
         promised = self._promised.pop(job_id, None)
         if promised is None:
             return
-        admitted, wait, memory, band = promised
-        self.record(memory, now, (now - admitted) / max(wait, RATIO_FLOOR_S), band)
+        admitted, wait, memory = promised
+        self.record(memory, now, (now - admitted) / max(wait, RATIO_FLOOR_S))
 
-    def record(self, memory: bool, now: float, ratio: float, band: int = 0) -> None:
-        """A sample: a start that came `ratio` x its forecast wait, at `now`, of a forecast
-        made in depth `band`."""
-        self._errors[memory].append((now, ratio, band))
+    def record(self, memory: bool, now: float, ratio: float) -> None:
+        """A sample: a start that came `ratio` x its forecast wait, at `now`."""
+        self._errors[memory].append((now, ratio))
 
     def forget(self, job_id: str) -> None:
         """A job ended without starting: its promise is no sample."""
         self._promised.pop(job_id, None)
 
-    def ratios(self, memory: bool, now: float, ahead: int | None = None) -> list[float]:
-        """The samples of that forecast in the last ERROR_HORIZON_S, oldest first; with
-        `ahead` (and by_depth), those of forecasts made in its depth band or the ones beside
-        it, where there are MIN_ERRORS of them."""
+    def ratios(self, memory: bool, now: float) -> list[float]:
+        """The samples of that forecast in the last ERROR_HORIZON_S, oldest first."""
         errors = self._errors[memory]
         while errors and errors[0][0] < now - ERROR_HORIZON_S:
             errors.popleft()
-        if self.by_depth and ahead is not None:
-            band = depth_band(ahead)
-            near = [ratio for _, ratio, other in errors if abs(other - band) <= 1]
-            if len(near) >= MIN_ERRORS:
-                return near
-        return [ratio for _, ratio, _ in errors]
+        return [ratio for _, ratio in errors]
 
     def learned(self, memory: bool, now: float) -> bool:
         """At least MIN_ERRORS samples of that forecast in the last ERROR_HORIZON_S."""
         return len(self.ratios(memory, now)) >= MIN_ERRORS
 
-    def margin(self, memory: bool, now: float, quantile: float,
-               ahead: int | None = None) -> float:
-        """The `quantile` percentile of those samples (of forecasts made with about `ahead`
-        jobs ahead, as ratios()); COLD_RATIO before they are learned."""
-        ratios = self.ratios(memory, now, ahead)
+    def margin(self, memory: bool, now: float, quantile: float) -> float:
+        """The `quantile` percentile of those samples; COLD_RATIO before they are learned."""
+        ratios = self.ratios(memory, now)
         if len(ratios) < MIN_ERRORS:
             return COLD_RATIO
         return float(np.percentile(ratios, quantile))

@@ -231,14 +231,12 @@ async def test_shadow_mode_serves_what_it_would_refuse_and_counts_how_it_went(
 @pytest.mark.asyncio
 async def test_the_slo_sections_admission_knobs_reach_the_core_on_reload(
         rig: tuple[httpx.AsyncClient, Service]) -> None:
-    """[slo] refuse_overshoot, late, refuse_after_late and margin_by (benchmark knobs),
-    applied as a reload would: the forecast and the waiting set take them."""
+    """[slo] refuse_overshoot, late and refuse_after_late (benchmark knobs), applied as a
+    reload would: the forecast and the waiting set take them."""
     _, service = rig
     forecast = service.scheduler.forecast
     assert (forecast.refuse_overshoot, forecast.waiting.late_in_place) == (1.0, True)
-    assert not forecast.promises.by_depth
     service.apply(msgspec.structs.replace(service.config, slo=SloConfig(
-        classes=CLASSES, refuse_overshoot=1.25, late="behind", refuse_after_late=3,
-        margin_by="depth")))
+        classes=CLASSES, refuse_overshoot=1.25, late="behind", refuse_after_late=3)))
     assert forecast.refuse_overshoot == 1.25 and not forecast.waiting.late_in_place
-    assert forecast.overload.after_late == 3 and forecast.promises.by_depth
+    assert forecast.overload.after_late == 3

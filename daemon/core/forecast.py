@@ -3,28 +3,22 @@ predicted-latency response headers and the per-executor predicted TTFT a router 
 
 Admission learns its own error: each job with a TTFT objective accepted in overload is
 promised a start some forecast wait from now, and the start's real wait over the forecast
-one is a sample (core/promises.py). Admission refuses a job that misses at a start as
-late, relative to its forecast, as the `refuse_quantile` percentile ([slo]
-refuse_quantile, a benchmark knob; the 80th) of the recent samples: one that makes it
-only by starting sooner than 4 in 5 recent starts did. That weighs a refusal being right
-(the issue-39 target: >= 90 % of the refused would have missed; 79 % at 0.8x, 95 % at 1.0x
-by vLLM's outcome on the same draws) against the accepted ones meeting theirs. Nothing is
-refused on a forecast with fewer than MIN_ERRORS such samples (cold: half the refusals
-made on it at face value were wrong). Where every lane admits by the KV
+one is a sample (core/promises.py). A refusal must be right (the issue-39 target: >= 90 %
+of the refused would have missed), so admission refuses only a job that misses even if it
+starts as early, relative to its forecast, as the `refuse_quantile` percentile ([slo]
+refuse_quantile, a benchmark knob; the median) of the recent samples, and nothing on a
+forecast with fewer than MIN_ERRORS such samples (cold: half the refusals made on it at
+face value were wrong). Where every lane admits by the KV
 held now (work-conserving memory admission), one forecast plays that admission forward: the
 jobs ahead start as their contexts find room and end at their predicted service
 (admission.seconds_until_started). Elsewhere the errors are learned apart for waits bound by
 the work ahead (slots of typical footprint) and waits bound by the KV fitting (until the
 job's context finds room, or under peak admission its projected peak fits). A forecast of
 the queue refuses, and is learned, only in overload (overload.py), when the queue orders
-on-time jobs by slack as it forecasts. Until 2026-11-28 admission took the 95th percentile
-(never below 1; 2 when cold), with no overload gate, and refused requests that would have
-met their objective: at 0.2x memory-bound, 10 of 10 that shadow mode marked met; at 0.5x 50
-of 70 (docs/results/2026-11-28-refusal-precision-and-aging.md). Then the median; behind the
-overload gate, the 80th percentile met 1.45x the objectives at 2x (6 draws): the error
-grows with the queue (2-3.5x the forecast with 8 or more jobs ahead, 0.6-1.1x with 3 or
-fewer, docs/results/2026-11-30-refuse-on-the-80th-percentile.md), and the median accepted
-deep requests that then missed by seconds.
+on-time jobs by slack as it forecasts. Before, admission took the 95th percentile (never
+below 1; 2 when cold), and refused requests that would have met their objective: at 0.2x
+memory-bound, 10 of 10 that shadow mode marked met; at 0.5x 50 of 70
+(docs/results/2026-11-28-refusal-precision-and-aging.md).
 
 The error is relative because it grows with the work forecast ahead (each job's predicted
 service errs); and a job that would start now (a free slot, its KV fits) is never refused,
@@ -83,7 +77,7 @@ class Forecaster:
         self.enforce = True
         # Percentile of the start errors (real / forecast wait) admission refuses on
         # ([slo] refuse_quantile): a refused job misses even at a start this early.
-        self.refuse_quantile = 80.0
+        self.refuse_quantile = 50.0
         # A forecast refuses only a first token predicted past this x the objective
         # ([slo] refuse_overshoot).
         self.refuse_overshoot = 1.0

@@ -109,10 +109,9 @@ class PredictedTtftCollector(Collector):
         margin = GaugeMetricFamily(
             "lengthwise_slo_admission_margin_ratio", "What admission multiplies a request's "
             "forecast wait by before it compares it with the TTFT objective, by what bounds "
-            "the forecast (queue: the work ahead; memory: its KV fitting apart): the 80th "
-            "percentile ([slo] refuse_quantile) of real / forecast wait of the requests it "
-            "promised such a start in the last 30 s (1 until 8 of them started)",
-            labels=["forecast"])
+            "the forecast (queue: the work ahead; memory: its KV fitting apart): the median "
+            "([slo] refuse_quantile) of real / forecast wait of the requests it promised "
+            "such a start in the last 30 s (1 until 8 of them started)", labels=["forecast"])
         for name, memory in (("queue", False), ("memory", True)):
             margin.add_metric([name], forecast.margin(memory))
         yield margin

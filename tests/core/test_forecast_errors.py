@@ -55,12 +55,11 @@ async def test_admission_scales_waits_by_the_errors_it_has_seen() -> None:
 
 @pytest.mark.asyncio
 async def test_admission_refuses_only_what_misses_even_at_an_early_start() -> None:
-    """With starts at 0.3-2.0x their forecasts, admission refuses on a percentile of those
-    errors ([slo] refuse_quantile: by default the 80th, a forecast x 1.56 here); at the
-    median a forecast that errs high refuses less than it says: a job whose 1 s forecast
-    wait would miss a 0.95 s objective at face value is accepted; at the 10th percentile
-    only surer misses are refused (a start as early as 0.3x its forecast would still
-    miss)."""
+    """Refusals are meant to be right: with starts at 0.3-2.0x their forecasts, admission
+    refuses on the median of those errors ([slo] refuse_quantile), so a forecast that errs
+    high refuses less than it says: a job whose 1 s forecast wait would miss a 0.95 s
+    objective at face value is accepted; at the 10th percentile only surer misses are
+    refused (a start as early as 0.3x its forecast would still miss)."""
     core = frozen_core()
     forecast = core.forecast
     now = core.now()
@@ -70,10 +69,6 @@ async def test_admission_refuses_only_what_misses_even_at_an_early_start() -> No
         job = new_job(f"j{k}", 5, now, slo=Slo(ttft_s=60.0))
         assert forecast.admit(job, [], 0, 10, set()) is None
         forecast.promises.started(job.job_id, now + ratio)
-    assert forecast.margin() == pytest.approx(float(np.percentile(ratios, 80)), abs=0.01)
-    refused = forecast.refusal(new_job("n", 5, now, slo=Slo(ttft_s=1.5)))
-    assert refused is not None and refused.predicted_s == pytest.approx(1.56, abs=0.02)
-    forecast.refuse_quantile = 50.0
     assert forecast.margin() == pytest.approx(0.9, abs=0.01)
     assert forecast.refusal(new_job("n", 5, now, slo=Slo(ttft_s=0.95))) is None
     refused = forecast.refusal(new_job("n", 5, now, slo=Slo(ttft_s=0.85)))
@@ -138,7 +133,7 @@ async def test_waits_bound_by_memory_learn_their_own_error(admission: str) -> No
         core.waiting.push(ahead)
     refusal = forecast.refusal(late)  # 2 s
     assert refusal is not None and refusal.cause == f"ttft:{'memory' if memory else 'queue'}"
-    learn(0.2, 4 * MIN_ERRORS + 1)  # over 80 % of the starts 5x sooner than forecast
+    learn(0.2, MIN_ERRORS + 1)  # most starts 5x sooner than forecast
     assert forecast.margin(memory=memory) == pytest.approx(0.2, abs=0.01)
     assert forecast.margin(memory=not memory) == COLD_RATIO
     assert forecast.refusal(late) is None  # 0.4 s

@@ -166,6 +166,10 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-log", action="store_true",
                    help="every engine logs each step's batch and time in its server's log "
                         "(vLLM's enable_logging_iteration_details): the engines' own speed")
+    p.add_argument("--trace", action="store_true",
+                   help="lengthwise writes each admission forecast, launch and stop to "
+                        "OUT/LABEL[-REPEAT].trace.jsonl: `python -m bench.forecasterrors "
+                        "OUT` replays the forecasts with the services that came true")
 
 
 def settings_from_args(args: argparse.Namespace, engine_kind: str = "vllm") -> Settings:
@@ -173,7 +177,8 @@ def settings_from_args(args: argparse.Namespace, engine_kind: str = "vllm") -> S
                     max_running=args.max_running, num_gpu_blocks_override=args.kv_blocks,
                     max_model_len=args.max_model_len, trust_budget=args.natural,
                     extra_toml=args.extra_toml.read_text() if args.extra_toml else "",
-                    engine_kind=engine_kind, step_log=args.step_log)
+                    engine_kind=engine_kind, step_log=args.step_log,
+                    trace=args.trace)
 
 
 def _run_system(system: System, settings: Settings, args: argparse.Namespace,

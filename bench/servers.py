@@ -83,6 +83,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Every engine logs each step's batch and time (vLLM's enable_logging_iteration_details;
     # in lengthwise's log too): the engines' own step times, pair by pair.
     step_log: bool = False
+    # lengthwise writes its core's trace (each admission forecast, launch and stop) beside
+    # its log, WORKDIR/LABEL[-REPEAT].trace.jsonl ([scheduler] trace; bench.forecasterrors).
+    trace: bool = False
 
 
 def _free_port() -> int:
@@ -117,12 +120,14 @@ def _table(name: str, keys: dict[str, str], overrides: dict[str, str]) -> str:
     return f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in {**keys, **overrides}.items())
 
 
-def _lengthwise_config(system: System, s: Settings, port: int) -> str:
+def _lengthwise_config(system: System, s: Settings, port: int, trace: Path | None = None
+                       ) -> str:
     base, tables = _overrides_toml(system.overrides)
     server = _table("server", {"port": str(port)}, base["server"])
     scheduler = _table("scheduler", {
         "policy": f'"{system.policy}"', "max_running": _max_running(s),
-        "max_waiting": "100000", "trust_budget": str(s.trust_budget).lower()},
+        "max_waiting": "100000", "trust_budget": str(s.trust_budget).lower(),
+        **({"trace": f'"{trace}"'} if trace is not None else {})},
         base["scheduler"])
     engine = _table("engine", {
         "kind": f'"{s.engine_kind}"', "max_num_seqs": str(s.max_num_seqs),
@@ -154,11 +159,14 @@ def _vllm_args(s: Settings) -> str:
     return args
 
 
-def command(system: System, s: Settings, port: int, workdir: Path) -> list[str]:
-    """The command line that starts `system` (a lengthwise config is written to workdir)."""
+def command(system: System, s: Settings, port: int, workdir: Path, suffix: str = ""
+            ) -> list[str]:
+    """The command line that starts `system` (a lengthwise config is written to workdir;
+    its trace, with `s.trace`, is WORKDIR/LABEL`suffix`.trace.jsonl)."""
     if system.kind == "lengthwise":
         config = workdir / f"{system.label}.toml"
-        config.write_text(_lengthwise_config(system, s, port))
+        trace = (workdir / f"{system.label}{suffix}.trace.jsonl").resolve() if s.trace else None
+        config.write_text(_lengthwise_config(system, s, port, trace))
         return [str(Path(sys.executable).parent / "lengthwise"), "serve", "--config", str(config)]
     # Prefix caching is vLLM's default; explicit, as in the daemon's [engine].
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(s.model),
@@ -272,7 +280,7 @@ class Server:
         # Linux, and with the server's busy engine threads in their own group the daemon's
         # and the client's wake-ups lag (measured: mean TTFT 19 ms -> 252 ms at 3 req/s on
         # the tiny model, docs/benchmarks.md).
-        self.proc = subprocess.Popen(command(system, settings, self.port, workdir),
+        self.proc = subprocess.Popen(command(system, settings, self.port, workdir, log_suffix),
                                      stdout=self._log, stderr=subprocess.STDOUT,
                                      env=environment(settings),
                                      process_group=0)

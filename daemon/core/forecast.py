@@ -43,6 +43,7 @@ from daemon.core.lanes import Lane
 from daemon.core.overload import Overload
 from daemon.core.ports import QueueFull, SloUnreachable
 from daemon.core.promises import COLD_RATIO, RATIO_FLOOR_S, Promises
+from daemon.core.trace import Trace
 from daemon.core.waitqueue import WaitQueue
 
 MEMORY_AHEAD = 64  # jobs ahead the KV-fit bound places (the slot forecast counts them all)
@@ -83,6 +84,7 @@ class Forecaster:
         self.refuse_overshoot = 1.0
         self.overload = Overload()  # whether a forecast of the queue may refuse at all
         self.promises = Promises()  # the starts promised, and how they came true
+        self.trace = Trace()  # each forecast at admission, for replay ([scheduler] trace)
 
     def _service_s(self, job: Job) -> float:
         """A job's predicted service; the typical one while it has no prediction yet."""
@@ -152,6 +154,8 @@ class Forecaster:
             behind = self._wait_behind(job, ahead)
             wait, memory = behind.s, behind.memory
             refusal = self._refusal(job, behind, len(ahead))
+            if self.trace.on:
+                self._trace(job, ahead, behind, refusal)
             if refusal is not None and refusal.forecast != "none":
                 self.overload.refused(self.now())  # the overload goes on
             if refusal is not None and self.enforce:
@@ -169,6 +173,14 @@ class Forecaster:
             # accepted to wait, in the forecast's order (by_slack): its promise, no margin
             self.promises.promise(job.job_id, self.now(), wait, memory)
         return None if victim is None else victim.job_id
+
+    def _trace(self, job: Job, ahead: Sequence[Job], wait: Wait,
+               refusal: Refusal | None) -> None:
+        policy, left = self.estimates.policy, self.estimates.left_tokens
+        self.trace.admission(
+            self.now(), job, wait, [(other, self._service_s(other)) for other in ahead],
+            self.lanes, lambda lane: slo.running_ends(lane, policy, left),
+            self.decode_step_s(), refusal, slo.latest_start(job, policy))
 
     def refusal(self, job: Job, pending: Iterable[Job] = ()) -> Refusal | None:
         """Why a new job cannot meet its objective even at the front of its class (the jobs

@@ -75,6 +75,7 @@ class Scheduler:
         self.waiting = WaitQueue(policy.order_key, self.estimates.wait_bound(),
                                  lambda job: slo.times(job, self.policy))
         self.forecast = Forecaster(self.waiting, self.lanes, self.estimates, self.now)
+        self.forecast.trace.open(config.trace)
         self.accepting = False
         self.failed = asyncio.Event()  # every engine is down for good
         self.repredictor = Repredictor(inbox, remaining)
@@ -163,6 +164,7 @@ class Scheduler:
                     self.dispatch()
         finally:
             await self.repredictor.close()
+            self.forecast.trace.close()
 
     def handle(self, event: Event) -> None:
         """One event; the caller runs the decision round afterwards (run, or a test)."""
@@ -291,6 +293,7 @@ class Scheduler:
             return
         self._dirty = True
         ending = outcomes.of_stop(job, event, lane.stats)
+        self.forecast.trace.stop(self.now(), job, ending is not None)
         if ending is None:  # back to wait (preempted, a slice, its engine went down)
             self._enqueue(job)
         else:
@@ -311,6 +314,7 @@ class Scheduler:
         """Live reload: new limits, aging and policy; waiting jobs are re-ranked, none lost."""
         config, policy = event.settings, event.policy
         self.config, self.policy = config, policy
+        self.forecast.trace.open(config.trace)
         self.estimates.adopt(policy, config)
         self.repredictor.timeout_s = policy.repredict_timeout_s
         self.waiting.rekey(policy.order_key, self.estimates.wait_bound())
@@ -376,6 +380,7 @@ class Scheduler:
                                                   stream))
         self.estimates.launched(kv_tokens)
         self.forecast.promises.started(job.job_id, self.now())
+        self.forecast.trace.launch(self.now(), job, lane, len(self.waiting))
 
     def _preempt(self, job: Job, ctx: DispatchContext) -> None:
         """Stop the job at its next token boundary, with the policy's word on where its KV

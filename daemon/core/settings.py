@@ -166,6 +166,9 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # the same long jobs again and again: p99 JCT ~1.3x vLLM's server's at 0.8-1.0x
     # memory-bound); "arrival": the class, then arrival order (the latest arrival).
     engine_order: Annotated[Literal["launch", "policy", "arrival"], BENCH_KNOB] = "launch"
+    # A JSON line per admission forecast, launch and stop to this file (core/trace.py), for
+    # `python -m bench.forecasterrors`; "" = none. `lengthwise bench sweep --trace` sets it.
+    trace: Annotated[str, BENCH_KNOB] = ""
     aging: AgingConfig = msgspec.field(default_factory=AgingConfig)
 
     @property

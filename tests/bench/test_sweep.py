@@ -248,7 +248,7 @@ def test_a_tiny_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[s
     code = main(["sweep", "--engine-kind", "sim", "--client", "ours", "--model", str(TINY),
                  "--systems", "lengthwise:fcfs,lengthwise:oracle-sjf", "--capacity", "20",
                  "--loads", "1,0.5", "--repeats", "1", "--num", "6", "--lengths",
-                 f"records:{records}", "--slo-ttft", "5", "--out", str(out)])
+                 f"records:{records}", "--slo-ttft", "5", "--trace", "--out", str(out)])
     assert code == 0
     results = load_results(out / "sweep.json")
     assert [(r.load, r.system, r.position) for r in results.runs] == [
@@ -258,6 +258,14 @@ def test_a_tiny_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert all(len(starts) == 1 for starts in results.startup_s.values())
     assert {p.name for p in out.glob("*.log")} == {"lengthwise-fcfs.log",
                                                    "lengthwise-oracle-sjf.log"}
+    # --trace: each daemon's core wrote a launch and then a stop per request (6 x 2 loads
+    # and the warm-up's; no objectives were sent, so no admission forecasts)
+    for name in ("lengthwise-fcfs", "lengthwise-oracle-sjf"):
+        lines = (out / f"{name}.trace.jsonl").read_text().splitlines()
+        trace = [(r["ev"], r["id"]) for r in map(msgspec.json.decode, lines)]
+        stopped = [job for ev, job in trace if ev == "stop"]
+        assert len(stopped) >= 12 and all(
+            ("launch", job) in trace[:trace.index(("stop", job))] for job in stopped)
     for run in results.runs:
         assert run.summary.n_completed == 6 and run.attainment == 1.0
         # the daemon's account of where each request's first token waited, over this run

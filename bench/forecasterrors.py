@@ -147,6 +147,33 @@ def _end(t: float, seconds: float, running: list[Any], stop: Record | None,
     return seconds * share if which == "tokens" else real / share
 
 
+def running_errors(records: list[Record]) -> tuple[list[float], list[float]]:
+    """Over every admission line, each running job that ended with at least 20 tokens left
+    by its prediction: (its real tokens left / predicted left, its real seconds per token
+    / the forecast's)."""
+    came, tokens, pace = Outcomes(records), [], []
+    for a in records:
+        if a["ev"] != "admit":
+            continue
+        for lane in a["lanes"]:
+            for seconds, job_id in lane["ends"]:
+                _, generated, predicted = lane["running"][job_id]
+                left, stop = (predicted or 0) - generated, came.stop_after(job_id, a["t"])
+                if left < 20 or stop is None or not stop["ended"] or seconds <= 0:
+                    continue
+                made = max(stop["generated"] - generated, 1)
+                tokens.append(made / left)
+                pace.append(((stop["t"] - a["t"]) / made) / (seconds / left))
+    return tokens, pace
+
+
+def _quantiles(values: list[float]) -> str:
+    if not values:
+        return "none"
+    p10, p50, p90 = np.percentile(values, (10, 50, 90))
+    return f"median {p50:.2f} (10th-90th percentile {p10:.2f}-{p90:.2f}, n {len(values)})"
+
+
 def _median(values: list[float]) -> float:
     finite = [v for v in values if math.isfinite(v)]
     return float(np.median(finite)) if finite else math.nan
@@ -191,9 +218,17 @@ def main(argv: list[str] | None = None) -> int:
     files = traces(args.paths)
     if not files:
         raise SystemExit("no trace: run the sweep with --trace")
-    found = [s for path in files for s in samples(list(read(path)))]
+    found, tokens, pace = [], [], []
+    for path in files:
+        records = list(read(path))
+        found += samples(records)
+        more_tokens, more_pace = running_errors(records)
+        tokens += more_tokens
+        pace += more_pace
     print(f"{len(found)} queue forecasts of accepted requests in {len(files)} traces\n")
     print(report(found))
+    print(f"\nThe running jobs at admission, real / predicted: tokens left {_quantiles(tokens)}; "
+          f"seconds per token {_quantiles(pace)}.")
     return 0
 
 

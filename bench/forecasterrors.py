@@ -8,7 +8,7 @@ For every request accepted with a forecast wait behind at least one job (a queue
 the kind that refuses), the real wait is its launch less its admission. The forecast is
 replayed (admission.seconds_until_started, on the inputs the trace holds) as forecast, then
 with the running jobs' real ends (each job's stop), with only their real token counts (at
-the forecast's pace), with only their real pace (at the predicted counts), and with the
+the forecast's pace), with only their real pace (at the forecast's counts), and with the
 real services of the jobs ahead too. A replay that matches the real wait says the forecast's
 model of the queue is right and its inputs erred; the ones between say which input.
 
@@ -131,25 +131,30 @@ def replay(admit: Record, came: Outcomes, ends: str, ahead_real: bool = False) -
     return best
 
 
+def tokens_left(running: list[Any]) -> tuple[int, float]:
+    """(tokens generated, tokens left as the forecast had them) of a running job's entry:
+    [context, generated, the predictor's length, the forecast's tokens left]."""
+    return running[1], running[3]
+
+
 def _end(t: float, seconds: float, running: list[Any], stop: Record | None,
          which: str) -> float:
     """A running job's end, seconds after `t`: as forecast, or as it came (`which`: real;
-    tokens: its real count at the forecast pace; pace: the predicted count at its real
-    pace). Its prediction's tokens left: predicted less generated at admission."""
+    tokens: its real count at the forecast pace; pace: the forecast's count at its real
+    pace)."""
     if stop is None or which == "forecast":
         return seconds
     real = stop["t"] - t
-    _, generated, predicted = running
-    left = (predicted or 0) - generated
+    generated, left = tokens_left(running)
     if which == "real" or left <= 1:
         return real
-    share = max(stop["generated"] - generated, 1) / left  # real tokens / predicted left
+    share = max(stop["generated"] - generated, 1) / left  # real tokens / forecast left
     return seconds * share if which == "tokens" else real / share
 
 
 def running_errors(records: list[Record]) -> tuple[list[float], list[float]]:
     """Over every admission line, each running job that ended with at least 20 tokens left
-    by its prediction: (its real tokens left / predicted left, its real seconds per token
+    by the forecast: (its real tokens left / the forecast's, its real seconds per token
     / the forecast's)."""
     came, tokens, pace = Outcomes(records), [], []
     for a in records:
@@ -157,8 +162,8 @@ def running_errors(records: list[Record]) -> tuple[list[float], list[float]]:
             continue
         for lane in a["lanes"]:
             for seconds, job_id in lane["ends"]:
-                _, generated, predicted = lane["running"][job_id]
-                left, stop = (predicted or 0) - generated, came.stop_after(job_id, a["t"])
+                generated, left = tokens_left(lane["running"][job_id])
+                stop = came.stop_after(job_id, a["t"])
                 if left < 20 or stop is None or not stop["ended"] or seconds <= 0:
                     continue
                 made = max(stop["generated"] - generated, 1)
@@ -227,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         pace += more_pace
     print(f"{len(found)} queue forecasts of accepted requests in {len(files)} traces\n")
     print(report(found))
-    print(f"\nThe running jobs at admission, real / predicted: tokens left {_quantiles(tokens)}; "
+    print(f"\nThe running jobs at admission, real / forecast: tokens left {_quantiles(tokens)}; "
           f"seconds per token {_quantiles(pace)}.")
     return 0
 

@@ -179,7 +179,7 @@ class Forecaster:
         policy, left = self.estimates.policy, self.estimates.left_tokens
         self.trace.admission(
             self.now(), job, wait, [(other, self._service_s(other)) for other in ahead],
-            self.lanes, lambda lane: slo.running_ends(lane, policy, left),
+            self.lanes, lambda lane: slo.running_ends(lane, policy, left), left,
             self.decode_step_s(), refusal, slo.latest_start(job, policy))
 
     def refusal(self, job: Job, pending: Iterable[Job] = ()) -> Refusal | None:

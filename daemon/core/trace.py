@@ -5,7 +5,9 @@ bench.forecasterrors`, docs/benchmarks.md "Where the forecast errs").
 
 An admission line holds what the joint forecast (admission.seconds_until_started) read:
 per lane the KV capacity and block size, the contexts held, each running job's predicted
-seconds to its last token, and the jobs ahead with their contexts and predicted services;
+seconds to its last token (with its context, tokens generated, the predictor's length and
+the tokens left the forecast gave it: the policy's remaining tokens, calibrated, or an
+oracle's truth), and the jobs ahead with their contexts and predicted services;
 with the wait it forecast, whether that refused, and the job's latest start. A stop line
 holds what the job generated against its prediction, its launch and first token. Times are
 the core's loop clock (time.monotonic), comparable across the lines of one daemon.
@@ -57,11 +59,12 @@ class Trace:
 
     def admission(self, now: float, job: Job, wait: tuple[float, float],
                   ahead: Sequence[tuple[Job, float]], lanes: Sequence[Lane],
-                  ends: Callable[[Lane], list[tuple[float, str]]], step_s: float,
-                  refusal: Refusal | None, latest: float | None) -> None:
+                  ends: Callable[[Lane], list[tuple[float, str]]], left: Callable[[Job], float],
+                  step_s: float, refusal: Refusal | None, latest: float | None) -> None:
         """A forecast for `job` at admission: `wait` (queue, memory seconds), the jobs
         `ahead` with their predicted services, each lane's running jobs' predicted `ends`
-        (seconds from now, job id), the decode step the forecast grew them by."""
+        (seconds from now, job id) from the tokens `left` the forecast gave each, the decode
+        step it grew them by."""
         self._write({
             "ev": "admit", "t": now, "id": job.job_id, "arrival": job.arrival_time,
             "context": job.num_context_tokens, "queue_s": wait[0], "memory_s": wait[1],
@@ -75,7 +78,7 @@ class Trace:
                 "slots": lane.max_running + lane.engine_spare, "ends": ends(lane),
                 "running": {other.job_id: [other.num_context_tokens,
                                            other.num_generated_tokens,
-                                           other.predicted_output_tokens]
+                                           other.predicted_output_tokens, left(other)]
                             for other in lane.running.values()}}
                 for lane in lanes if lane.capacity is not None and lane.down_reason is None]})
 

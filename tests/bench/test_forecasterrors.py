@@ -17,7 +17,7 @@ def _trace(t: float = 100.0) -> list[dict[str, object]]:
     pace (2 s); "x" took its 1 s; "j" started 3 s after its admission, past its latest
     start (2.5 s)."""
     lane = {"name": "e0", "kv_blocks": 100, "block": 16, "slots": 1,
-            "contexts": {"r": 10}, "ends": [[1.0, "r"]], "running": {"r": [10, 0, 100]}}
+            "contexts": {"r": 10}, "ends": [[1.0, "r"]], "running": {"r": [10, 0, 100, 100.0]}}
     return [
         {"ev": "admit", "t": t, "id": "j", "arrival": t, "context": 10, "queue_s": 2.0,
          "memory_s": 0.0, "ahead": [["x", 10, 1.0]], "step_s": 0.0, "latest": t + 2.5,

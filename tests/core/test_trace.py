@@ -57,6 +57,7 @@ async def test_a_line_per_forecast_launch_and_stop_and_none_when_off(tmp_path: P
     (lane,) = c["lanes"]
     assert lane["kv_blocks"] == 10 and lane["block"] == 16 and list(lane["running"]) == ["a"]
     assert [job_id for _, job_id in lane["ends"]] == ["a"]
+    assert lane["running"]["a"] == [2, 0, 3.0, 3.0]  # context, made, predicted, left
     stop = lines[3]
     assert stop["ended"] and stop["generated"] == 3 and stop["predicted"] == 3.0
     # a reload without a path closes it: nothing more is written

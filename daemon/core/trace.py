@@ -18,6 +18,7 @@ killed daemon leaves every line it wrote).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
@@ -26,6 +27,7 @@ import msgspec
 from daemon.core.job import Job, Refusal
 from daemon.core.lanes import Lane
 
+log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 
 
@@ -40,13 +42,17 @@ class Trace:
 
     def open(self, path: str) -> None:
         """Write to `path` from now on (appended to); "" stops. A new path on reload closes
-        the old file."""
+        the old file; one that cannot be opened is logged and leaves the trace off (a
+        benchmark's mistake must not stop the core)."""
         if path == self.path:
             return
         self.close()
         self.path = path
         if path:
-            self._file = open(path, "ab", buffering=0)  # noqa: SIM115 (held while on)
+            try:
+                self._file = open(path, "ab", buffering=0)  # noqa: SIM115 (held while on)
+            except OSError as exc:
+                log.error("[scheduler] trace: cannot write %s (%s); no trace", path, exc)
 
     def close(self) -> None:
         if self._file is not None:

@@ -67,3 +67,8 @@ async def test_a_line_per_forecast_launch_and_stop_and_none_when_off(tmp_path: P
     step()
     assert len(path.read_text().splitlines()) == len(lines)
     assert not core.forecast.trace.on
+    # a path it cannot write leaves the trace off, and the core serving
+    core.reconfigure(SchedulerConfig(max_running=1, trace=str(tmp_path / "no" / "such")),
+                     FCFS())
+    step()
+    assert not core.forecast.trace.on

@@ -29,23 +29,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from daemon.core import admission
+from daemon.core.events import Capacity
 
 BANDS = ((1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 10**9))
 MARGINS = (0.5, 0.7, 1.0, 1.4, 2.0, 2.8)
 Record = dict[str, Any]
-
-
-class _Ledger:  # what seconds_until_started reads of a KVLedger
-    def __init__(self, block_size: int, contexts: dict[str, int]) -> None:
-        self.block_size, self._contexts = block_size, contexts
-
-    def contexts(self) -> dict[str, int]:
-        return self._contexts
-
-
-class _Capacity:
-    def __init__(self, kv_blocks: int) -> None:
-        self.kv_blocks = kv_blocks
 
 
 class Sample(NamedTuple):
@@ -98,9 +86,9 @@ class Outcomes:
         return None if start is None or end is None or not end["ended"] else end["t"] - start
 
 
-def samples(records: list[Record]) -> list[Sample]:
-    """The queue forecasts of one trace (one daemon's run) with their replays."""
-    came = Outcomes(records)
+def samples(records: list[Record], came: Outcomes) -> list[Sample]:
+    """The queue forecasts of one trace (one daemon's run, whose jobs `came` so) with their
+    replays."""
     out = []
     for a in records:
         if (a["ev"] != "admit" or a["refused"] or not a["ahead"] or a["id"] not in came.launches
@@ -126,9 +114,19 @@ def replay(admit: Record, came: Outcomes, ends: str, ahead_real: bool = False) -
         timed = sorted((_end(t, seconds, lane["running"][job_id], came.stop_after(job_id, t),
                              ends), job_id) for seconds, job_id in lane["ends"])
         best = min(best, admission.seconds_until_started(
-            _Capacity(lane["kv_blocks"]), _Ledger(lane["block"], lane["contexts"]),  # type: ignore[arg-type]
-            timed, admit["context"], line, admit["step_s"], lane["slots"]))
+            Capacity(lane["name"], lane["kv_blocks"], lane["block"], lane["slots"]),
+            _ledger(lane), timed, admit["context"], line, admit["step_s"], lane["slots"]))
     return best
+
+
+def _ledger(lane: Record) -> admission.KVLedger:
+    """The lane's KV ledger as the trace saw it: its block size and the contexts held (all
+    the forecast reads of it)."""
+    ledger = admission.KVLedger()
+    ledger.block_size = lane["block"]
+    for job_id, context in lane["contexts"].items():
+        ledger.reserve(job_id, context, context)
+    return ledger
 
 
 def tokens_left(running: list[Any]) -> tuple[int, float]:
@@ -152,11 +150,11 @@ def _end(t: float, seconds: float, running: list[Any], stop: Record | None,
     return seconds * share if which == "tokens" else real / share
 
 
-def running_errors(records: list[Record]) -> tuple[list[float], list[float]]:
+def running_errors(records: list[Record], came: Outcomes) -> tuple[list[float], list[float]]:
     """Over every admission line, each running job that ended with at least 20 tokens left
     by the forecast: (its real tokens left / the forecast's, its real seconds per token
     / the forecast's)."""
-    came, tokens, pace = Outcomes(records), [], []
+    tokens, pace = [], []
     for a in records:
         if a["ev"] != "admit":
             continue
@@ -226,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     found, tokens, pace = [], [], []
     for path in files:
         records = list(read(path))
-        found += samples(records)
-        more_tokens, more_pace = running_errors(records)
+        came = Outcomes(records)
+        found += samples(records, came)
+        more_tokens, more_pace = running_errors(records, came)
         tokens += more_tokens
         pace += more_pace
     print(f"{len(found)} queue forecasts of accepted requests in {len(files)} traces\n")

@@ -31,7 +31,8 @@ def _trace(t: float = 100.0) -> list[dict[str, object]]:
 
 
 def test_the_running_jobs_pace_explains_a_late_start() -> None:
-    (sample,) = forecasterrors.samples(_trace())
+    trace = _trace()
+    (sample,) = forecasterrors.samples(trace, forecasterrors.Outcomes(trace))
     assert sample.depth == 1
     assert sample.forecast == pytest.approx(2.0)
     assert sample.real == pytest.approx(3.0) and sample.deadline == pytest.approx(2.5)

@@ -89,7 +89,7 @@ def summarize(results: Sequence[RequestResult], slo_ttft: float | None = None,
     span = end - start
     per_s = (lambda n: n / span) if span > 0 else (lambda n: math.nan)
     good = sum(1 for r in done if meets_slo(r, slo_ttft, slo_tpot))
-    refused = [r for r in results if not r.ok and _refused(r.error)]
+    refused = [r for r in results if not r.ok and is_refused(r.error)]
     return Summary(
         n_completed=len(done), n_failed=len(results) - len(done),
         mean_jct=_mean(jct), p50_jct=_pct(jct, 50), p95_jct=_pct(jct, 95),
@@ -109,7 +109,7 @@ def _known(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _refused(error: str) -> bool:
+def is_refused(error: str) -> bool:
     """A 429 as our client ("HTTP 429: ...") or vLLM's ("Too Many Requests") reports it."""
     return error.startswith("HTTP 429") or "Too Many Requests" in error
 

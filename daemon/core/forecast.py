@@ -156,6 +156,8 @@ class Forecaster:
             refusal = self._refusal(job, behind, len(ahead))
             if self.trace.on:
                 self._trace(job, ahead, behind, refusal)
+                if refusal is not None:
+                    self.trace.refused(self.now(), job, refusal, probe=False)
             if refusal is not None and refusal.forecast != "none":
                 self.overload.refused(self.now())  # the overload goes on
             if refusal is not None and self.enforce:
@@ -189,7 +191,10 @@ class Forecaster:
         if job.slo is None:
             return None
         ahead = self.ahead_of(job, pending)
-        return self._refusal(job, self._wait_behind(job, ahead), len(ahead))
+        refusal = self._refusal(job, self._wait_behind(job, ahead), len(ahead))
+        if refusal is not None and self.trace.on:
+            self.trace.refused(self.now(), job, refusal, probe=True)
+        return refusal
 
     def _refusal(self, job: Job, wait: Wait, ahead: int) -> Refusal | None:
         """Why `job`, forecast to start after `wait` (with `ahead` jobs before it), cannot

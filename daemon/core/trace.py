@@ -1,7 +1,8 @@
 """The core's trace ([scheduler] trace, a benchmark knob): one JSON line for each admission
-forecast of a request with a TTFT objective, each launch and each stop, so that the forecast
-can be replayed afterwards with the service times that came true (`python -m
-bench.forecasterrors`, docs/benchmarks.md "Where the forecast errs").
+forecast of a request with a TTFT objective, each refusal on a forecast (the HTTP layer's
+probe's too), each launch and each stop, so that the forecast can be replayed afterwards
+with the service times that came true (`python -m bench.forecasterrors`,
+docs/benchmarks.md "Where the forecast errs").
 
 An admission line holds what the joint forecast (admission.seconds_until_started) read:
 per lane the KV capacity and block size, the contexts held, each running job's predicted
@@ -87,6 +88,16 @@ class Trace:
                                            other.predicted_output_tokens, left(other)]
                             for other in lane.running.values()}}
                 for lane in lanes if lane.capacity is not None and lane.down_reason is None]})
+
+    def refused(self, now: float, job: Job, refusal: Refusal, probe: bool) -> None:
+        """A refusal on a forecast (enforced or, in shadow mode, counted), `probe`: made
+        before the prompt was tokenized (the HTTP layer's early test, where most are): how
+        far over the objective the forecast put it, for refusal precision by overshoot."""
+        self._write({
+            "ev": "refuse", "t": now, "id": job.job_id, "probe": probe,
+            "cause": refusal.cause, "predicted_s": refusal.predicted_s,
+            "overshoot": None if job.slo is None else refusal.overshoot(job.slo),
+            "wait_s": refusal.wait_s, "margin": refusal.margin, "ahead": refusal.ahead})
 
     def launch(self, now: float, job: Job, lane: Lane, waiting: int) -> None:
         self._write({"ev": "launch", "t": now, "id": job.job_id, "lane": lane.name,

@@ -1,5 +1,5 @@
-"""The core's trace ([scheduler] trace): a line per admission forecast, launch and stop,
-holding what bench.forecasterrors replays; nothing without a path."""
+"""The core's trace ([scheduler] trace): a line per admission forecast, refusal, launch and
+stop, holding what bench.forecasterrors replays; nothing without a path."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ import pytest
 from daemon.core.events import Capacity, Event, Stopped, Tokens
 from daemon.core.job import Job, SamplingSpec, Slo
 from daemon.core.lanes import Lane
+from daemon.core.ports import SloUnreachable
 from daemon.core.scheduler import Scheduler
 from daemon.core.settings import SchedulerConfig
 from daemon.core.stream import OutputStream
 from policies.fcfs import FCFS
+from tests.core.test_forecast import frozen_core, new_job
+from tests.support import learn_forecast_errors
 
 
 def _job(job_id: str, ttft_s: float | None = None) -> Job:
@@ -72,3 +75,25 @@ async def test_a_line_per_forecast_launch_and_stop_and_none_when_off(tmp_path: P
                      FCFS())
     step()
     assert not core.forecast.trace.on
+
+
+@pytest.mark.asyncio
+async def test_a_refusal_on_a_forecast_writes_how_far_over_it_was(tmp_path: Path) -> None:
+    """Refusals made by the HTTP layer's probe (before the prompt is tokenized, where most
+    are) and at admission each write a line with the overshoot they were refused on."""
+    path = tmp_path / "core.trace.jsonl"
+    core = frozen_core()
+    forecast, now = core.forecast, core.now()
+    forecast.trace.open(str(path))
+    core.lanes[0].running["r"] = new_job("r", 100, now)  # a forecast wait of 1 s
+    learn_forecast_errors(forecast)
+    assert forecast.refusal(new_job("n", 5, now, slo=Slo(ttft_s=0.5))) is not None
+    with pytest.raises(SloUnreachable):
+        forecast.admit(new_job("m", 5, now, slo=Slo(ttft_s=0.25)), [], 0, 10, set())
+    assert forecast.refusal(new_job("k", 5, now, slo=Slo(ttft_s=2.0))) is None  # no line
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    refusals = [(r["id"], r["probe"], r["cause"], round(r["overshoot"], 1))
+                for r in lines if r["ev"] == "refuse"]
+    assert refusals == [("n", True, "ttft:queue", 2.0), ("m", False, "ttft:queue", 4.0)]
+    assert [r["ev"] for r in lines] == ["refuse", "admit", "refuse"]
+    forecast.trace.close()

@@ -1,0 +1,151 @@
+"""Were lengthwise's refusals right? Each request a lengthwise system refused (429) in a
+`lengthwise bench sweep`, judged by what the baseline (the sweep's first system, vLLM's
+server) did with the same request of the same draw: served within the objectives there, the
+refusal was wrong (a request lengthwise could have served in time, had it been no busier).
+
+    python -m bench.refusals OUT...
+
+With the core's trace (`bench sweep --trace`: a line per refusal on a forecast, the HTTP
+layer's early probe included), the refusals are split by how far over the objective the
+forecast put them (the overshoot, what `[slo] refuse_overshoot` bounds): how many a higher
+bound would have accepted, and how many of those the baseline served in time. Trace lines
+and refusals are matched in order within a server's life (a server per system and
+repetition, the loads in turn); a server whose counts differ is left out of that split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import itertools
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import msgspec
+
+from bench import sweep
+from bench.metrics import RequestResult, is_refused, meets_slo
+from bench.servers import parse_system
+
+BOUNDS = (1.1, 1.25, 1.5, 2.0)  # overshoot bands: <= 1.1, 1.1-1.25, ... > 2.0
+
+
+class Tally(msgspec.Struct):
+    """Refusals at one (load, system) over its repetitions, and how many the baseline
+    served in time; by overshoot band where the trace says."""
+
+    refused: int = 0
+    wrong: int = 0
+    bands: list[list[int]] = msgspec.field(default_factory=lambda: [[0, 0] for _ in
+                                                                     range(len(BOUNDS) + 1)])
+    unmatched: int = 0  # refusals of servers whose trace did not match (no band)
+
+
+def band(overshoot: float) -> int:
+    return bisect.bisect_left(BOUNDS, overshoot)
+
+
+def overshoots(path: Path) -> list[float]:
+    """The overshoot of each refusal on a forecast that a trace holds, in order."""
+    if not path.is_file():
+        return []
+    found = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("ev") == "refuse" and record.get("overshoot") is not None:
+            found.append(float(record["overshoot"]))
+    return found
+
+
+def _requests(out: Path, label: str, load: float, repeat: int) -> list[RequestResult] | None:
+    path = sweep.run_file(out, label, load, repeat)
+    if not path.is_file():
+        return None
+    return msgspec.json.decode(path.read_bytes(), type=sweep.RunFile).requests
+
+
+def tally(out: Path) -> dict[tuple[float, str], Tally]:
+    """Per (load, lengthwise system) of the sweep at `out`, against its first system."""
+    results = sweep.load_results(out / "sweep.json")
+    baseline = parse_system(results.systems[0]).label
+    tallies: dict[tuple[float, str], Tally] = {}
+    for spec in results.systems[1:]:
+        system = parse_system(spec)
+        if system.kind != "lengthwise":
+            continue
+        for repeat in range(results.repeats):
+            suffix = f"-{repeat}" if repeat else ""
+            shots = overshoots(out / f"{system.label}{suffix}.trace.jsonl")
+            judged: list[tuple[float, bool]] = []  # (load, the baseline met it), in order
+            for load in results.loads:
+                mine = _requests(out, system.label, load, repeat)
+                theirs = _requests(out, baseline, load, repeat)
+                if mine is None or theirs is None:
+                    continue
+                met = {r.index: r.ok and meets_slo(r, results.slo_ttft, results.slo_tpot)
+                       for r in theirs}
+                turned = sorted((r for r in mine if not r.ok and is_refused(r.error)),
+                                key=lambda r: r.arrival_s)
+                judged += [(load, met.get(r.index, False)) for r in turned]
+            matched = len(shots) == len(judged)
+            for k, (load, wrong) in enumerate(judged):
+                t = tallies.setdefault((load, spec), Tally())
+                t.refused += 1
+                t.wrong += wrong
+                if matched:
+                    t.bands[band(shots[k])][0] += 1
+                    t.bands[band(shots[k])][1] += wrong
+                else:
+                    t.unmatched += 1
+    return tallies
+
+
+def table(tallies: dict[tuple[float, str], Tally], baseline: str) -> str:
+    names = [f"<= {BOUNDS[0]:g}x"] + [f"{lo:g}-{hi:g}x" for lo, hi in itertools.pairwise(BOUNDS)]
+    names.append(f"> {BOUNDS[-1]:g}x")
+    head = (f"| load | system | refused | {baseline} met in time | right | "
+            + " | ".join(f"over {name}: wrong / refused" for name in names) + " |")
+    lines = [head, "|---" * (5 + len(names)) + "|"]
+    for (load, system), t in sorted(tallies.items()):
+        right = f"{100 * (t.refused - t.wrong) / t.refused:.0f} %" if t.refused else "–"
+        cells = [f"{w} / {n}" if n else "–" for n, w in t.bands]
+        if t.unmatched:
+            cells[-1] += f" ({t.unmatched} untraced)"
+        lines.append(f"| {load:g}x | {system} | {t.refused} | {t.wrong} | {right} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def merged(outs: Iterable[Path]) -> tuple[dict[tuple[float, str], Tally], str]:
+    """The tallies of several sweeps summed (the same systems and loads: more draws)."""
+    total: dict[tuple[float, str], Tally] = {}
+    baseline = ""
+    for out in outs:
+        baseline = baseline or sweep.load_results(out / "sweep.json").systems[0]
+        for key, t in tally(out).items():
+            into = total.setdefault(key, Tally())
+            into.refused += t.refused
+            into.wrong += t.wrong
+            into.unmatched += t.unmatched
+            for mine, theirs in zip(into.bands, t.bands):
+                mine[0] += theirs[0]
+                mine[1] += theirs[1]
+    return total, baseline
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.refusals", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", nargs="+", type=Path, help="a bench sweep's --out folder")
+    args = parser.parse_args(argv)
+    tallies, baseline = merged(args.out)
+    if not tallies:
+        print("no refusals in these sweeps")
+        return 0
+    print(table(tallies, baseline), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -4,6 +4,7 @@ and lengthwise with one policy, on the same model, engine settings and max_num_s
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -88,10 +89,37 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     trace: bool = False
 
 
-def _free_port() -> int:
+_PICK = random.SystemRandom()  # not the `random` module's: a test may seed that one
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a server about to start: picked at random below
+    the kernel's ephemeral range, where no outgoing connection takes it in the meantime (a
+    port from bind(0) is an ephemeral one: a test daemon lost its port to a client's
+    connection once, "Address already in use")."""
+    low = _ephemeral_low()
+    for _ in range(100 if low > _LOWEST_PORT else 0):
+        port = _PICK.randrange(_LOWEST_PORT, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+_LOWEST_PORT = 10000
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections (Linux; else 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 # The tables _lengthwise_config writes itself: overrides of their keys go inside them (TOML
@@ -269,7 +297,7 @@ class Server:
 
     def __init__(self, system: System, settings: Settings, workdir: Path,
                  log_suffix: str = "") -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         # WORKDIR/LABEL.log; a caller that starts the same system again (the sweep, once
         # per repetition) names each start's log apart, so that none overwrites another.

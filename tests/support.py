@@ -8,7 +8,6 @@ import encodings.idna  # noqa: F401  (see httpcore below)
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ import httpx
 import pytest
 
 from bench import promtext
+from bench.servers import free_port
 from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig
 from daemon.core.forecast import Forecaster
 from daemon.core.promises import MIN_ERRORS
@@ -70,12 +70,6 @@ def sim_config(model: Path, max_model_len: int) -> Config:
     return Config(model=ModelConfig(path=str(model), max_model_len=max_model_len),
                   engine=EngineConfig(kind="sim", max_num_seqs=2),
                   scheduler=SchedulerConfig(max_running=2))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def config_text(model: Path, port: int, *, engine_kind: str = "vllm", max_running: int = 4,

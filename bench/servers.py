@@ -94,9 +94,10 @@ _PICK = random.SystemRandom()  # not the `random` module's: a test may seed that
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now, for a server about to start: picked at random below
-    the kernel's ephemeral range, where no outgoing connection takes it in the meantime (a
-    port from bind(0) is an ephemeral one: a test daemon lost its port to a client's
-    connection once, "Address already in use")."""
+    the kernel's ephemeral range, where no outgoing connection takes it in the meantime. A
+    port from bind(0) is an ephemeral one, drawn from the same range as every client's
+    connection and the other test worker's picks: a test daemon found its port taken once
+    ("Address already in use")."""
     low = _ephemeral_low()
     for _ in range(100 if low > _LOWEST_PORT else 0):
         port = _PICK.randrange(_LOWEST_PORT, low)

@@ -8,8 +8,10 @@ refusal was wrong (a request lengthwise could have served in time, had it been n
 With the core's trace (`bench sweep --trace`: a line per refusal on a forecast, the HTTP
 layer's early probe included), the refusals are split by how far over the objective the
 forecast put them (the overshoot, what `[slo] refuse_overshoot` bounds): how many a higher
-bound would have accepted, and how many of those the baseline served in time. Trace lines
-and refusals are matched in order within a server's life (a server per system and
+bound would have accepted, and how many of those the baseline served in time; and the near
+ones (within NEAR x the objective) by the late jobs the overload gate had counted when it
+refused them (traces from 2026-12-01's 24th session on): whether a gate asking for more late
+jobs would have kept the wrong ones. Trace lines and refusals are matched in order within a server's life (a server per system and
 repetition, the loads in turn); a server whose counts differ is left out of that split.
 """
 
@@ -29,6 +31,8 @@ from bench.metrics import RequestResult, is_refused, meets_slo
 from bench.servers import parse_system
 
 BOUNDS = (1.1, 1.25, 1.5, 2.0)  # overshoot bands: <= 1.1, 1.1-1.25, ... > 2.0
+NEAR = 1.25  # the near misses, split by late jobs
+LATE = (0, 1, 3)  # late-job bands: 0, 1, 2-3, 4+
 
 
 class Tally(msgspec.Struct):
@@ -39,22 +43,34 @@ class Tally(msgspec.Struct):
     wrong: int = 0
     bands: list[list[int]] = msgspec.field(default_factory=lambda: [[0, 0] for _ in
                                                                      range(len(BOUNDS) + 1)])
+    # the near misses by late jobs at the refusal (LATE bands; traces that hold the count)
+    near: list[list[int]] = msgspec.field(default_factory=lambda: [[0, 0] for _ in
+                                                                   range(len(LATE) + 1)])
     unmatched: int = 0  # refusals of servers whose trace did not match (no band)
+
+    def add(self, other: Tally) -> None:
+        self.refused += other.refused
+        self.wrong += other.wrong
+        self.unmatched += other.unmatched
+        for mine, theirs in zip(self.bands + self.near, other.bands + other.near, strict=True):
+            mine[0] += theirs[0]
+            mine[1] += theirs[1]
 
 
 def band(overshoot: float) -> int:
     return bisect.bisect_left(BOUNDS, overshoot)
 
 
-def overshoots(path: Path) -> list[float]:
-    """The overshoot of each refusal on a forecast that a trace holds, in order."""
+def overshoots(path: Path) -> list[tuple[float, int | None]]:
+    """Each refusal on a forecast that a trace holds, in order: its overshoot, and the late
+    jobs the overload gate counted (None in traces before that count)."""
     if not path.is_file():
         return []
     found = []
     for line in path.read_text().splitlines():
         record = json.loads(line)
         if record.get("ev") == "refuse" and record.get("overshoot") is not None:
-            found.append(float(record["overshoot"]))
+            found.append((float(record["overshoot"]), record.get("late")))
     return found
 
 
@@ -93,11 +109,15 @@ def tally(out: Path) -> dict[tuple[float, str], Tally]:
                 t = tallies.setdefault((load, spec), Tally())
                 t.refused += 1
                 t.wrong += wrong
-                if matched:
-                    t.bands[band(shots[k])][0] += 1
-                    t.bands[band(shots[k])][1] += wrong
-                else:
+                if not matched:
                     t.unmatched += 1
+                    continue
+                over, late = shots[k]
+                t.bands[band(over)][0] += 1
+                t.bands[band(over)][1] += wrong
+                if over <= NEAR and late is not None:
+                    t.near[bisect.bisect_left(LATE, late)][0] += 1
+                    t.near[bisect.bisect_left(LATE, late)][1] += wrong
     return tallies
 
 
@@ -117,6 +137,20 @@ def table(tallies: dict[tuple[float, str], Tally], baseline: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def near_table(tallies: dict[tuple[float, str], Tally]) -> str:
+    """The refusals within NEAR x, wrong / refused by late jobs at the refusal; "" where no
+    trace held the count."""
+    if not any(n for t in tallies.values() for n, _ in t.near):
+        return ""
+    names = ["0 late", "1 late", "2-3 late", "4+ late"]
+    lines = ["| load | system | " + " | ".join(f"{name}: wrong / refused" for name in names)
+             + " |", "|---" * (2 + len(names)) + "|"]
+    for (load, system), t in sorted(tallies.items()):
+        cells = [f"{w} / {n}" if n else "–" for n, w in t.near]
+        lines.append(f"| {load:g}x | {system} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def merged(outs: Iterable[Path]) -> tuple[dict[tuple[float, str], Tally], str]:
     """The tallies of several sweeps summed (the same systems and loads: more draws)."""
     total: dict[tuple[float, str], Tally] = {}
@@ -124,13 +158,7 @@ def merged(outs: Iterable[Path]) -> tuple[dict[tuple[float, str], Tally], str]:
     for out in outs:
         baseline = baseline or sweep.load_results(out / "sweep.json").systems[0]
         for key, t in tally(out).items():
-            into = total.setdefault(key, Tally())
-            into.refused += t.refused
-            into.wrong += t.wrong
-            into.unmatched += t.unmatched
-            for mine, theirs in zip(into.bands, t.bands):
-                mine[0] += theirs[0]
-                mine[1] += theirs[1]
+            total.setdefault(key, Tally()).add(t)
     return total, baseline
 
 
@@ -144,6 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no refusals in these sweeps")
         return 0
     print(table(tallies, baseline), end="")
+    if near := near_table(tallies):
+        print(f"\nThe near misses (forecast within {NEAR:g}x of the objective) by the late jobs "
+              "the overload gate had counted when it refused them:\n")
+        print(near, end="")
     return 0
 
 

@@ -157,7 +157,7 @@ class Forecaster:
             if self.trace.on:
                 self._trace(job, ahead, behind, refusal)
                 if refusal is not None:
-                    self.trace.refused(self.now(), job, refusal, probe=False)
+                    self._trace_refusal(job, refusal, probe=False)
             if refusal is not None and refusal.forecast != "none":
                 self.overload.refused(self.now())  # the overload goes on
             if refusal is not None and self.enforce:
@@ -193,8 +193,12 @@ class Forecaster:
         ahead = self.ahead_of(job, pending)
         refusal = self._refusal(job, self._wait_behind(job, ahead), len(ahead))
         if refusal is not None and self.trace.on:
-            self.trace.refused(self.now(), job, refusal, probe=True)
+            self._trace_refusal(job, refusal, probe=True)
         return refusal
+
+    def _trace_refusal(self, job: Job, refusal: Refusal, probe: bool) -> None:
+        now = self.now()
+        self.trace.refused(now, job, refusal, probe, self.overload.late_jobs(now))
 
     def _refusal(self, job: Job, wait: Wait, ahead: int) -> Refusal | None:
         """Why `job`, forecast to start after `wait` (with `ahead` jobs before it), cannot

@@ -36,7 +36,11 @@ class Overload:
 
     def active(self, now: float) -> bool:
         """At least `after_late` late jobs, or a refusal, in the last LATE_HORIZON_S."""
+        return self.late_jobs(now) >= self.after_late or self._refused_at >= now - LATE_HORIZON_S
+
+    def late_jobs(self, now: float) -> int:
+        """The waiting jobs that turned late in the last LATE_HORIZON_S."""
         late, since = self._late, now - LATE_HORIZON_S
         while late and late[0] < since:
             late.popleft()
-        return len(late) >= self.after_late or self._refused_at >= since
+        return len(late)

@@ -89,12 +89,13 @@ class Trace:
                             for other in lane.running.values()}}
                 for lane in lanes if lane.capacity is not None and lane.down_reason is None]})
 
-    def refused(self, now: float, job: Job, refusal: Refusal, probe: bool) -> None:
+    def refused(self, now: float, job: Job, refusal: Refusal, probe: bool, late: int) -> None:
         """A refusal on a forecast (enforced or, in shadow mode, counted), `probe`: made
         before the prompt was tokenized (the HTTP layer's early test, where most are): how
-        far over the objective the forecast put it, for refusal precision by overshoot."""
+        far over the objective the forecast put it, for refusal precision by overshoot, and
+        the `late` jobs the overload gate counted (overload.py)."""
         self._write({
-            "ev": "refuse", "t": now, "id": job.job_id, "probe": probe,
+            "ev": "refuse", "t": now, "id": job.job_id, "probe": probe, "late": late,
             "cause": refusal.cause, "predicted_s": refusal.predicted_s,
             "overshoot": None if job.slo is None else refusal.overshoot(job.slo),
             "wait_s": refusal.wait_s, "margin": refusal.margin, "ahead": refusal.ahead})

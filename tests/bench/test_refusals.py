@@ -41,7 +41,8 @@ def test_refusals_judged_by_the_baseline_and_split_by_overshoot(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """At 1x lengthwise refused requests 1 and 2, which vLLM's server served in 0.5 s
     (wrong) and 3 s (right); at 2x request 0, which vLLM served late (right). The trace's
-    refusals, in order, were 1.2x, 3.0x and 1.6x over the objective (1 s)."""
+    refusals, in order, were 1.2x, 3.0x and 1.6x over the objective (1 s), with 1, 4 and 0
+    late jobs counted by the overload gate."""
     results = SweepResults(
         model="tiny", systems=["vllm", SYSTEM], loads=[1.0, 2.0], repeats=1,
         capacity_rps=1.0, capacity_how="given", workload=WorkloadSpec(num=3),
@@ -53,8 +54,8 @@ def test_refusals_judged_by_the_baseline_and_split_by_overshoot(
     _write(tmp_path, "vllm", "vllm", 2.0, [2.0, 0.5, 0.5])
     _write(tmp_path, "lengthwise-ssjf", SYSTEM, 2.0, [None, 0.5, 0.5])
     trace = [{"ev": "admit", "t": 0.0, "id": "x"}] + [
-        {"ev": "refuse", "t": float(k), "id": f"r{k}", "probe": True, "overshoot": over}
-        for k, over in enumerate((1.2, 3.0, 1.6))]
+        {"ev": "refuse", "t": float(k), "id": f"r{k}", "probe": True, "overshoot": over,
+         "late": late} for k, (over, late) in enumerate(((1.2, 1), (3.0, 4), (1.6, 0)))]
     (tmp_path / "lengthwise-ssjf.trace.jsonl").write_text(
         "\n".join(json.dumps(line) for line in trace))
     tallies = refusals.tally(tmp_path)
@@ -62,9 +63,12 @@ def test_refusals_judged_by_the_baseline_and_split_by_overshoot(
     assert (one.refused, one.wrong, two.refused, two.wrong) == (2, 1, 1, 0)
     assert one.bands == [[0, 0], [1, 1], [0, 0], [0, 0], [1, 0]]  # 1.1-1.25x: the wrong one
     assert two.bands[3] == [1, 0] and not one.unmatched
+    assert one.near == [[0, 0], [1, 1], [0, 0], [0, 0]]  # the near miss, with 1 late job
+    assert two.near == [[0, 0]] * 4  # 1.6x: not a near miss
     assert refusals.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| 1x | lengthwise:ssjf | 2 | 1 | 50 % | – | 1 / 1 | – | – | 0 / 1 |" in out
+    assert "| 1x | lengthwise:ssjf | – | 1 / 1 | – | – |" in out  # by late jobs
     # a trace that does not match the refusals (one line short): counted, not split
     (tmp_path / "lengthwise-ssjf.trace.jsonl").write_text(
         "\n".join(json.dumps(line) for line in trace[:-1]))

@@ -80,7 +80,8 @@ async def test_a_line_per_forecast_launch_and_stop_and_none_when_off(tmp_path: P
 @pytest.mark.asyncio
 async def test_a_refusal_on_a_forecast_writes_how_far_over_it_was(tmp_path: Path) -> None:
     """Refusals made by the HTTP layer's probe (before the prompt is tokenized, where most
-    are) and at admission each write a line with the overshoot they were refused on."""
+    are) and at admission each write a line with the overshoot they were refused on and the
+    late jobs the overload gate counted."""
     path = tmp_path / "core.trace.jsonl"
     core = frozen_core()
     forecast, now = core.forecast, core.now()
@@ -88,12 +89,13 @@ async def test_a_refusal_on_a_forecast_writes_how_far_over_it_was(tmp_path: Path
     core.lanes[0].running["r"] = new_job("r", 100, now)  # a forecast wait of 1 s
     learn_forecast_errors(forecast)
     assert forecast.refusal(new_job("n", 5, now, slo=Slo(ttft_s=0.5))) is not None
+    forecast.overload.turned_late(now)  # a waiting job passed its latest start
     with pytest.raises(SloUnreachable):
         forecast.admit(new_job("m", 5, now, slo=Slo(ttft_s=0.25)), [], 0, 10, set())
     assert forecast.refusal(new_job("k", 5, now, slo=Slo(ttft_s=2.0))) is None  # no line
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    refusals = [(r["id"], r["probe"], r["cause"], round(r["overshoot"], 1))
+    refusals = [(r["id"], r["probe"], r["cause"], round(r["overshoot"], 1), r["late"])
                 for r in lines if r["ev"] == "refuse"]
-    assert refusals == [("n", True, "ttft:queue", 2.0), ("m", False, "ttft:queue", 4.0)]
+    assert refusals == [("n", True, "ttft:queue", 2.0, 0), ("m", False, "ttft:queue", 4.0, 1)]
     assert [r["ev"] for r in lines] == ["refuse", "admit", "refuse"]
     forecast.trace.close()

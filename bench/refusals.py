@@ -11,8 +11,9 @@ forecast put them (the overshoot, what `[slo] refuse_overshoot` bounds): how man
 bound would have accepted, and how many of those the baseline served in time; and the near
 ones (within NEAR x the objective) by the late jobs the overload gate had counted when it
 refused them (traces from 2026-12-01's 24th session on): whether a gate asking for more late
-jobs would have kept the wrong ones. Trace lines and refusals are matched in order within a server's life (a server per system and
-repetition, the loads in turn); a server whose counts differ is left out of that split.
+jobs would have kept the wrong ones. Trace lines and refusals are matched in order within a
+server's life (a server per system and repetition, the loads in turn); a server whose counts
+differ is left out of that split.
 """
 
 from __future__ import annotations
@@ -113,11 +114,12 @@ def tally(out: Path) -> dict[tuple[float, str], Tally]:
                     t.unmatched += 1
                     continue
                 over, late = shots[k]
-                t.bands[band(over)][0] += 1
-                t.bands[band(over)][1] += wrong
+                counts = [t.bands[band(over)]]
                 if over <= NEAR and late is not None:
-                    t.near[bisect.bisect_left(LATE, late)][0] += 1
-                    t.near[bisect.bisect_left(LATE, late)][1] += wrong
+                    counts.append(t.near[bisect.bisect_left(LATE, late)])
+                for count in counts:
+                    count[0] += 1
+                    count[1] += wrong
     return tallies
 
 
@@ -129,7 +131,7 @@ def table(tallies: dict[tuple[float, str], Tally], baseline: str) -> str:
     lines = [head, "|---" * (5 + len(names)) + "|"]
     for (load, system), t in sorted(tallies.items()):
         right = f"{100 * (t.refused - t.wrong) / t.refused:.0f} %" if t.refused else "–"
-        cells = [f"{w} / {n}" if n else "–" for n, w in t.bands]
+        cells = _cells(t.bands)
         if t.unmatched:
             cells[-1] += f" ({t.unmatched} untraced)"
         lines.append(f"| {load:g}x | {system} | {t.refused} | {t.wrong} | {right} | "
@@ -146,9 +148,13 @@ def near_table(tallies: dict[tuple[float, str], Tally]) -> str:
     lines = ["| load | system | " + " | ".join(f"{name}: wrong / refused" for name in names)
              + " |", "|---" * (2 + len(names)) + "|"]
     for (load, system), t in sorted(tallies.items()):
-        cells = [f"{w} / {n}" if n else "–" for n, w in t.near]
-        lines.append(f"| {load:g}x | {system} | " + " | ".join(cells) + " |")
+        lines.append(f"| {load:g}x | {system} | " + " | ".join(_cells(t.near)) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _cells(counts: list[list[int]]) -> list[str]:
+    """"wrong / refused" per band, "–" where none was refused."""
+    return [f"{wrong} / {n}" if n else "–" for n, wrong in counts]
 
 
 def merged(outs: Iterable[Path]) -> tuple[dict[tuple[float, str], Tally], str]:

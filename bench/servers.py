@@ -90,6 +90,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _PICK = random.SystemRandom()  # not the `random` module's: a test may seed that one
+_LOWEST_PORT = 10000
 
 
 def free_port() -> int:
@@ -110,9 +111,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-_LOWEST_PORT = 10000
 
 
 def _ephemeral_low() -> int:

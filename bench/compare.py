@@ -163,6 +163,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help='lengthwise\'s [scheduler] max_running: "auto" (memory admission, '
                         "the daemon's default) or a number")
     p.add_argument("--extra-toml", type=Path, help="TOML appended to lengthwise configs")
+    p.add_argument("--engine-kind", choices=("vllm", "sim"), default="vllm",
+                   help="lengthwise's engine; sim: the simulated one (tests of the harness: "
+                        "lengthwise systems only, at given rates or --capacity)")
     p.add_argument("--step-log", action="store_true",
                    help="every engine logs each step's batch and time in its server's log "
                         "(vLLM's enable_logging_iteration_details): the engines' own speed")
@@ -172,12 +175,22 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                         "OUT` replays the forecasts with the services that came true")
 
 
-def settings_from_args(args: argparse.Namespace, engine_kind: str = "vllm") -> Settings:
+def check_engine_kind(args: argparse.Namespace, systems: list[System],
+                      measures_capacity: bool) -> None:
+    """The simulated engine serves lengthwise's systems only, and vLLM's server cannot
+    measure the capacity for it."""
+    if args.engine_kind == "sim" and (any(s.kind == "vllm" for s in systems)
+                                      or measures_capacity):
+        raise SystemExit("--engine-kind sim runs lengthwise systems only, with --capacity "
+                         "(sweep) or --rates (compare)")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(model=args.model.resolve(), max_num_seqs=args.max_num_seqs,
                     max_running=args.max_running, num_gpu_blocks_override=args.kv_blocks,
                     max_model_len=args.max_model_len, trust_budget=args.natural,
                     extra_toml=args.extra_toml.read_text() if args.extra_toml else "",
-                    engine_kind=engine_kind, step_log=args.step_log,
+                    engine_kind=args.engine_kind, step_log=args.step_log,
                     trace=args.trace)
 
 
@@ -337,6 +350,7 @@ def run_compare(args: argparse.Namespace) -> int:
     systems = [parse_system(s) for s in args.systems.split(",") if s]
     if args.client == "vllm" and any(s.client_priority != "none" for s in systems):
         raise SystemExit("--client vllm cannot send a per-request priority: drop vllm-priority")
+    check_engine_kind(args, systems, bool(args.load))
     settings = settings_from_args(args)
     spec = workload.spec_from_args(args)
     workload.warn_sample(spec)

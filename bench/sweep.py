@@ -127,9 +127,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--report", action="store_true",
                    help="run nothing: recompute the figures, summary.md and plots of the "
                         "sweep already in --out (OUT/sweep.json)")
-    p.add_argument("--engine-kind", choices=("vllm", "sim"), default="vllm",
-                   help="lengthwise's engine; sim: the simulated one (tests of the harness: "
-                        "lengthwise systems only, with --capacity)")
     p.add_argument("--client", choices=("vllm", "ours"), default="vllm",
                    help="vllm (default): vLLM's own bench client, whose token times give "
                         "the engine's step time; ours: bench/client.py (no step times, "
@@ -151,9 +148,7 @@ def _systems(args: argparse.Namespace) -> list[System]:
 
     if unknown := set(client.slo_exempt(args)) - {s.spec for s in systems}:
         raise SystemExit(f"--send-slo-except: {', '.join(sorted(unknown))} not in --systems")
-    if args.engine_kind == "sim" and (any(s.kind == "vllm" for s in systems)
-                                      or args.capacity <= 0):
-        raise SystemExit("--engine-kind sim runs lengthwise systems only, with --capacity")
+    compare.check_engine_kind(args, systems, args.capacity <= 0)
     return systems
 
 
@@ -184,7 +179,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "runs").mkdir(exist_ok=True)
     systems, loads = _systems(args), _loads(args.loads)
-    settings = compare.settings_from_args(args, engine_kind=args.engine_kind)
+    settings = compare.settings_from_args(args)
     spec = workload.spec_from_args(args)
     workload.warn_sample(spec)
     workload.build(spec)  # fail early on bad flags

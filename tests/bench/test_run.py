@@ -1,4 +1,5 @@
-"""`bench run` against a running daemon: the sim engine (fast) and the real tiny vLLM engine."""
+"""`bench run` and `bench compare` end to end on the simulated engine (what is under test is
+the harness; vLLM's bench client drives the real daemon in tests/integration/test_clients.py)."""
 
 from __future__ import annotations
 
@@ -103,28 +104,6 @@ def test_bench_compare_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
     main_table = table.split("\n\n")[0]  # then the ratios to vLLM's (none here: "–")
     assert main_table.count("| lengthwise:fcfs |") == 1 and "–" in table
     assert {p.name for p in out.glob("*.png")} >= {"jct_vs_rate.png", "throughput_vs_rate.png"}
-
-
-def test_vllm_client_against_sim_daemon(sim_daemon: DaemonProcess, tmp_path: Path) -> None:
-    """`bench compare --client vllm`'s driver: vLLM's own client sends the workload (forced
-    lengths, Gamma arrivals) and its saved per-request times come back as our results."""
-    from bench import vllm_client, workload
-
-    finished = sim_daemon.metric("lengthwise_jobs_finished_total")
-    spec = workload.WorkloadSpec(arrivals="gamma", cv=2.0, rate=20.0, num=12, seed=1,
-                                 lengths=f"records:{_records(tmp_path)}", tokenizer=str(TINY))
-    requests = workload.build(spec)
-    results = vllm_client.run(sim_daemon.base_url, requests, tmp_path / "vc", "t", rate=20.0,
-                              cv=2.0, seed=1, natural=False, salt="run 1. ", tokenizer=TINY,
-                              max_model_len=2048)
-    assert [r.index for r in results] == [r.index for r in requests]
-    assert all(r.ok for r in results), [r.error for r in results]
-    assert [r.output_tokens for r in results] == [r.output_tokens for r in requests]
-    assert min(r.arrival_s for r in results) == 0.0
-    assert all(0 < r.ttft_s <= r.jct_s for r in results)
-    sent = [json.loads(line) for line in (tmp_path / "vc" / "t.jsonl").read_text().splitlines()]
-    assert sent[0]["prompt"].startswith("run 1. tell me about item")
-    assert sim_daemon.metric("lengthwise_jobs_finished_total") == finished + 12
 
 
 def test_vllm_client_burstiness_is_the_gamma_shape() -> None:

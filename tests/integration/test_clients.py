@@ -111,22 +111,34 @@ BACKENDS = ["openai", "openai-chat"]
 @pytest.fixture(scope="module")
 def bench_client_runs(smollm2_daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory
                       ) -> tuple[Path, dict[str, list[RequestResult]]]:
-    """vLLM's bench client with each backend, one run after the other in one process."""
+    """vLLM's bench client with each backend, one run after the other in one process, as
+    `bench compare --client vllm` and `bench sweep` drive it (bench/vllm_client.py): forced
+    lengths, Gamma arrivals (CV 2 at 20 req/s), a salted prompt. (Its start, ~19 CPU-s, is
+    paid once here for the benchmarks' driver and the compatibility check both.)"""
     folder = tmp_path_factory.mktemp("vllm-bench-client")
-    requests = [Request(k, 0.0, [Message("user", f"Tell me about the number {k}.")], 12, 8)
+    requests = [Request(k, 0.0, [Message("user", f"Tell me about the number {k}.")], 12, 6 + k)
                 for k in range(6)]
     return folder, vllm_client.run_each(
-        smollm2_daemon.base_url, requests, folder, {b: b for b in BACKENDS}, rate=float("inf"),
-        cv=1.0, seed=0, natural=False, salt="", tokenizer=SMOLLM2, max_model_len=2048)
+        smollm2_daemon.base_url, requests, folder, {b: b for b in BACKENDS}, rate=20.0,
+        cv=2.0, seed=1, natural=False, salt="run 1. ", tokenizer=SMOLLM2, max_model_len=2048)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_vllm_bench_client_completes_every_request(
         bench_client_runs: tuple[Path, dict[str, list[RequestResult]]], backend: str) -> None:
+    """Every request completes with its forced length, and what vLLM's client saved comes
+    back as our results, request by request, in order."""
     folder, runs = bench_client_runs
     results = runs[backend]
-    assert len(results) == 6 and all(r.ok for r in results), [r.error for r in results]
-    assert [r.output_tokens for r in results] == [8] * 6  # forced: ignore_eos
+    assert [r.index for r in results] == list(range(6))
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert [r.output_tokens for r in results] == [6 + k for k in range(6)]  # ignore_eos
+    assert min(r.arrival_s for r in results) == 0.0
+    assert all(0 < r.ttft_s <= r.jct_s for r in results)
     saved = json.loads((folder / f"{backend}.result.json").read_text())
     assert saved["completed"] == 6 and saved["failed"] == 0
     assert saved["backend"] == backend
+    assert saved["burstiness"] == vllm_client.burstiness(2.0)
+    sent = [json.loads(line) for line in (folder / f"{BACKENDS[0]}.jsonl").read_text().splitlines()]
+    assert [line["output_tokens"] for line in sent] == [6 + k for k in range(6)]
+    assert all(line["prompt"].startswith("run 1. Tell me about the number") for line in sent)

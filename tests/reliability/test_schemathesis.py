@@ -34,7 +34,11 @@ def test_schemathesis_finds_nothing(tmp_path: Path, tiny_model: Path) -> None:
         run = subprocess.run(
             [str(SCHEMATHESIS), "run", daemon.base_url + "/openapi.json", "--max-examples", "5",
              "--seed", "7", "--workers", "1", "--no-shrink", "--checks", CHECKS,
-             "--request-timeout", "60", "--phases", "coverage,fuzzing"],
+             "--request-timeout", "60", "--phases", "coverage,fuzzing",
+             # The render endpoints take their endpoints' bodies through the same
+             # validation: 2,098 of 7,161 cases, a third of the run (41 s against 28 s
+             # alone) for no schema of their own (their answers: test_differential.py)
+             "--exclude-path-regex", "/render$"],
             check=False, capture_output=True, text=True, timeout=400, cwd=tmp_path)
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
         assert " passed" in run.stdout and "failed" not in run.stdout.split("SUMMARY")[-1]

@@ -78,6 +78,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     startup_timeout_s: float = 900.0  # a shared machine under load starts engines slowly
     # More flags for vLLM's server alone (`--tool-call-parser pythonic`, ...).
     vllm_flags: tuple[str, ...] = ()
+    # More environment for vLLM's server alone (name, value): a test that only needs its
+    # answers runs its engine in one process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
+    vllm_env: tuple[tuple[str, str], ...] = ()
     # lengthwise's [engine] kind: "vllm", or "sim" (the simulated engine: tests of a
     # harness, no vLLM server beside it).
     engine_kind: str = "vllm"
@@ -210,7 +213,8 @@ def command(system: System, s: Settings, port: int, workdir: Path, suffix: str =
     return cmd + list(s.vllm_flags)
 
 
-def environment(s: Settings) -> dict[str, str]:
+def environment(s: Settings, system: System | None = None) -> dict[str, str]:
+    """The environment of a server of `system` (vLLM's server gets Settings.vllm_env too)."""
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(s.kv_gib),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            # lengthwise's config may set benchmark knobs (trust_budget, a policy's tuning)
@@ -220,6 +224,8 @@ def environment(s: Settings) -> dict[str, str]:
            "VLLM_ENABLE_RESPONSES_API_STORE": "1"}
     if s.cpu_bind:
         env["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_bind
+    if system is not None and system.kind == "vllm":
+        env.update(s.vllm_env)
     return env
 
 
@@ -309,7 +315,7 @@ class Server:
         # the tiny model, docs/benchmarks.md).
         self.proc = subprocess.Popen(command(system, settings, self.port, workdir, log_suffix),
                                      stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=environment(settings),
+                                     env=environment(settings, system),
                                      process_group=0)
         self.timeout_s = settings.startup_timeout_s
 

@@ -11,7 +11,7 @@ from bench.compare import RunRecord, aggregate, run_order
 from bench.metrics import RequestResult, summarize
 from bench.plots import plot_all
 from bench.report import markdown_table, ratio_table
-from bench.servers import Settings, _lengthwise_config, command, parse_system
+from bench.servers import Settings, _lengthwise_config, command, environment, parse_system
 
 
 def test_systems_alternate_within_each_repetition() -> None:
@@ -103,6 +103,15 @@ def test_step_log_turns_on_every_engines_step_lines(tmp_path: Path) -> None:
                                                               tmp_path)
     config = tomllib.loads(_lengthwise_config(parse_system("lengthwise:ssjf"), plain, 1))
     assert "enable_logging_iteration_details" not in config["engine"]["vllm_args"]
+
+
+def test_vllm_env_reaches_vllms_server_alone() -> None:
+    """Settings.vllm_env (a test's one-process vLLM server) is not lengthwise's: in the
+    daemon it would run AsyncLLM's engine core in the daemon's own process."""
+    s = Settings(model=Path("m"), vllm_env=(("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),))
+    assert environment(s, parse_system("vllm"))["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in environment(
+        s, parse_system("lengthwise:ssjf"))
 
 
 def test_the_table_counts_the_429s_the_server_saw_where_the_client_could_not() -> None:

@@ -165,6 +165,12 @@ class SloConfig(_Section, frozen=True):
     # In place against behind on the same draws: p99 TTFT 0.74x / 0.85x at 0.8 / 1.2x,
     # attainment 1.21x at 1.5x and 1.15x at 2x (docs/results/2026-11-30-late-jobs-in-place.md).
     late: Annotated[Literal["behind", "in-place"], BENCH_KNOB] = "in-place"
+    # Share of its TTFT budget a waiting job with an objective has left when it is promoted
+    # ahead of the policy's order (earliest latest start first). 0.25 (250 ms of a 1 s
+    # objective) came too late in a memory-bound burst at 0.5x, where the promoted jobs then
+    # waited for room (docs/results/2026-12-01-light-load-engine-speed.md); 1: deadline
+    # order from arrival.
+    promote_slack: Annotated[float, msgspec.Meta(ge=0.0, le=1.0), BENCH_KNOB] = 0.25
 
 
 class PredictorConfig(_Section, frozen=True):

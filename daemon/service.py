@@ -78,7 +78,12 @@ def adopt_slo(forecast: Forecaster, slo: SloConfig) -> None:
     forecast.refuse_quantile = slo.refuse_quantile
     forecast.overload.after_late = slo.refuse_after_late
     forecast.refuse_overshoot = slo.refuse_overshoot
+    moved = (forecast.promote_slack, forecast.waiting.late_in_place) != (
+        slo.promote_slack, slo.late == "in-place")
+    forecast.promote_slack = slo.promote_slack
     forecast.waiting.late_in_place = slo.late == "in-place"
+    if moved:  # the waiting jobs' promotions and places under the new settings
+        forecast.waiting.refresh()
 
 
 def build_core(config: Config, executors: Sequence[Executor], inbox: asyncio.Queue[Event],

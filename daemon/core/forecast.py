@@ -82,6 +82,9 @@ class Forecaster:
         # A forecast refuses only a first token predicted past this x the objective
         # ([slo] refuse_overshoot).
         self.refuse_overshoot = 1.0
+        # Share of its TTFT budget an on-time job has left when it is promoted ahead of the
+        # policy's order ([slo] promote_slack; slo.times).
+        self.promote_slack = slo.PROMOTE_SLACK
         self.overload = Overload()  # whether a forecast of the queue may refuse at all
         self.promises = Promises()  # the starts promised, and how they came true
         self.trace = Trace()  # each forecast at admission, for replay ([scheduler] trace)

@@ -73,7 +73,8 @@ class Scheduler:
         # the policy's cost model (the configured one is the clocks' prior) and batch.
         self.estimates = Estimates(self.lanes, policy, config)
         self.waiting = WaitQueue(policy.order_key, self.estimates.wait_bound(),
-                                 lambda job: slo.times(job, self.policy))
+                                 lambda job: slo.times(job, self.policy,
+                                                       self.forecast.promote_slack))
         self.forecast = Forecaster(self.waiting, self.lanes, self.estimates, self.now)
         self.forecast.trace.open(config.trace)
         self.accepting = False

@@ -53,15 +53,16 @@ def latest_start(job: Job, policy: Policy) -> float | None:
     return job.first_token_time + slo.tpot_s * max(total - 1, 0) - policy.service_s(job)
 
 
-def times(job: Job, policy: Policy) -> tuple[float, float] | None:
+def times(job: Job, policy: Policy, slack: float = PROMOTE_SLACK
+          ) -> tuple[float, float] | None:
     """(promotion time, latest start) of a job with a bound on its start (WaitQueue's
-    SloTimes): it goes ahead of the policy's order PROMOTE_SLACK of its TTFT budget before
-    it must start."""
+    SloTimes): it goes ahead of the policy's order `slack` of its TTFT budget before it
+    must start ([slo] promote_slack)."""
     latest = latest_start(job, policy)
     if latest is None:
         return None
     budget = job.slo.ttft_s if job.slo is not None and job.slo.ttft_s is not None else 0.0
-    return latest - PROMOTE_SLACK * budget, latest
+    return latest - slack * budget, latest
 
 
 def slot_free_times(lanes: Iterable[Lane], policy: Policy, slots_of: dict[str, int],

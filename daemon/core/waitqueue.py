@@ -180,6 +180,11 @@ class WaitQueue:
             self.by_slack = on
             self.rekey(self._order_key, self.bound)
 
+    def refresh(self) -> None:
+        """Re-key every waiting job under the same order and bound: their objectives'
+        times changed (a reload of [slo])."""
+        self.rekey(self._order_key, self.bound)
+
     def rekey(self, order_key: OrderKey, bound: WaitBound | None) -> None:
         """Adopt a new policy's order and wait bound (reload, a new clock); total waits
         are kept."""

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from daemon.config import SloConfig
 from daemon.core import slo
 from daemon.core.costmodel import CostModel
 from daemon.core.job import Job, JobStatus, SamplingSpec, Slo
@@ -37,6 +38,9 @@ def test_latest_start_before_the_first_token_is_the_ttft_deadline_less_prefill()
     assert slo.latest_start(job, _policy()) == pytest.approx(5.0 + 1.0 - 0.01)
     promote, latest = slo.times(job, _policy()) or (0, 0)
     assert latest - promote == pytest.approx(slo.PROMOTE_SLACK * 1.0)
+    promote, latest = slo.times(job, _policy(), 0.75) or (0, 0)  # [slo] promote_slack
+    assert latest - promote == pytest.approx(0.75)
+    assert SloConfig().promote_slack == slo.PROMOTE_SLACK  # the config's default is the core's
 
 
 def test_latest_start_of_a_preempted_job_keeps_its_tpot_budget() -> None:

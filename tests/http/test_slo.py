@@ -20,7 +20,8 @@ from starlette.datastructures import Headers
 
 from daemon.apikeys import ApiKey, Objective
 from daemon.config import Config, EngineConfig, ModelConfig, SchedulerConfig, SloConfig
-from daemon.core.job import SamplingSpec, Slo
+from daemon.core import slo
+from daemon.core.job import Job, SamplingSpec, Slo
 from daemon.http.app import build_app
 from daemon.http.errors import ApiError
 from daemon.http.slo import ALIASES, DROPPED_HEADER, TPOT_HEADER, TTFT_HEADER, objective
@@ -231,12 +232,21 @@ async def test_shadow_mode_serves_what_it_would_refuse_and_counts_how_it_went(
 @pytest.mark.asyncio
 async def test_the_slo_sections_admission_knobs_reach_the_core_on_reload(
         rig: tuple[httpx.AsyncClient, Service]) -> None:
-    """[slo] refuse_overshoot, late and refuse_after_late (benchmark knobs), applied as a
-    reload would: the forecast and the waiting set take them."""
+    """[slo] refuse_overshoot, late, refuse_after_late and promote_slack (benchmark knobs),
+    applied as a reload would: the forecast and the waiting set take them, and a job
+    already waiting is promoted under the new slack."""
     _, service = rig
-    forecast = service.scheduler.forecast
-    assert (forecast.refuse_overshoot, forecast.waiting.late_in_place) == (1.0, True)
+    forecast, waiting = service.scheduler.forecast, service.scheduler.forecast.waiting
+    assert (forecast.refuse_overshoot, waiting.late_in_place) == (1.0, True)
+    assert forecast.promote_slack == slo.PROMOTE_SLACK
+    job = Job("waits", [1, 2, 3], SamplingSpec(max_tokens=8), arrival_time=100.0,
+              predicted_output_tokens=8, slo=Slo(ttft_s=1.0))
+    waiting.push(job)
+    before = waiting.promotion_due()
     service.apply(msgspec.structs.replace(service.config, slo=SloConfig(
-        classes=CLASSES, refuse_overshoot=1.25, late="behind", refuse_after_late=3)))
-    assert forecast.refuse_overshoot == 1.25 and not forecast.waiting.late_in_place
-    assert forecast.overload.after_late == 3
+        classes=CLASSES, refuse_overshoot=1.25, late="behind", refuse_after_late=3,
+        promote_slack=0.75)))
+    assert forecast.refuse_overshoot == 1.25 and not waiting.late_in_place
+    assert forecast.overload.after_late == 3 and forecast.promote_slack == 0.75
+    assert before is not None and waiting.promotion_due() == pytest.approx(before - 0.5)
+    waiting.remove(job)

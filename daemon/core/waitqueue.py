@@ -178,11 +178,11 @@ class WaitQueue:
         waiting job when that changes (O(n log n), once per change)."""
         if on != self.by_slack:
             self.by_slack = on
-            self.rekey(self._order_key, self.bound)
+            self.refresh()
 
     def refresh(self) -> None:
-        """Re-key every waiting job under the same order and bound: their objectives'
-        times changed (a reload of [slo])."""
+        """Re-key every waiting job under the same order and bound: their keys or their
+        objectives' times changed (slack order on or off, a reload of [slo])."""
         self.rekey(self._order_key, self.bound)
 
     def rekey(self, order_key: OrderKey, bound: WaitBound | None) -> None:

@@ -11,6 +11,7 @@ import psutil
 import pytest
 import pytest_asyncio
 
+from tests import warmstart
 from tests.executors.driver import Driver, float32_engine
 from tests.support import BENCH_KNOBS, ROOT, SMOLLM2, TINY, DaemonProcess, require_model
 from tests.support import running_daemon as _running
@@ -164,6 +165,7 @@ def _left_behind(marker: str) -> list[str]:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """No test may leave a daemon or an engine process behind (they end with their daemon
     within 10 s however it ends: daemon/executors/lifeline.py)."""
+    warmstart.close()  # this worker's zygote (the daemons it forked are stopped by now)
     marker = os.environ.get(SESSION_ENV)
     if marker is None:
         return

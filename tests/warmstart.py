@@ -117,12 +117,22 @@ def _report_exits() -> None:
         _say(f"exit {pid} {os.waitstatus_to_exitcode(status)}")
 
 
+_channel = sys.stdout  # the worker reads this; main() gives it a descriptor of its own
+
+
 def _say(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+    _channel.write(line + "\n")
+    _channel.flush()
 
 
 def main() -> None:
+    global _channel
+    # Lines for the worker on a descriptor of their own; whatever else this process (an
+    # import, a warning) prints goes where its stderr goes.
+    # (closefd=False: a forked daemon closes the descriptor, never the object, so that its
+    # finalizer cannot close a descriptor the daemon has opened under that number since.)
+    _channel = os.fdopen(os.dup(1), "w", closefd=False)
+    os.dup2(2, 1)
     _preload()
     argv = _serve_forever()
     from daemon import cli
@@ -148,13 +158,15 @@ class _Zygote:
     def _read(self) -> None:
         assert self._proc.stdout is not None
         for raw in self._proc.stdout:
-            kind, *fields = raw.decode().split()
-            with self._changed:
-                if kind == "pid":
-                    self._pids.append(int(fields[0]))
-                elif kind == "exit":
-                    self._exits[int(fields[0])] = int(fields[1])
-                self._changed.notify_all()
+            match raw.decode(errors="replace").split():
+                case ["pid", pid]:
+                    with self._changed:
+                        self._pids.append(int(pid))
+                        self._changed.notify_all()
+                case ["exit", pid, code]:
+                    with self._changed:
+                        self._exits[int(pid)] = int(code)
+                        self._changed.notify_all()
         with self._changed:  # the zygote is gone: so are the answers it owed
             self._pids.append(-1)
             self._changed.notify_all()

@@ -30,6 +30,8 @@ import sys
 import threading
 from pathlib import Path
 
+from daemon.executors import enginefork
+
 LENGTHWISE = Path(sys.executable).parent / "lengthwise"
 
 
@@ -37,15 +39,10 @@ LENGTHWISE = Path(sys.executable).parent / "lengthwise"
 
 def _preload() -> None:
     """What `lengthwise serve` imports before it serves a CPU engine (cli._preflight's
-    fork_now: enginefork.PRELOAD, but for the module that holds the forkserver's parent)."""
-    import importlib
-
+    fork_now imports enginefork's preload)."""
     from daemon import cli, lifecycle  # noqa: F401
-    from daemon.executors import enginefork
 
-    for name in enginefork.PRELOAD:
-        if name != enginefork._SPAWNED_ONLY:
-            importlib.import_module(name)
+    enginefork.preload()
 
 
 def _become(request: dict[str, object]) -> list[str]:
@@ -55,14 +52,7 @@ def _become(request: dict[str, object]) -> list[str]:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.setpgid(0, 0)  # as Popen(process_group=0): a kill of the group takes the engines along
     os.chdir(str(request["cwd"]))
-    env = dict(request["env"])  # type: ignore[call-overload]
-    # Changed keys only (as enginefork._Carried): rewriting every variable would keep vLLM's
-    # setproctitle from naming the engine processes ("VLLM::EngineCore").
-    for key in os.environ.keys() - env.keys():
-        del os.environ[key]
-    for key, value in env.items():
-        if os.environ.get(key) != value:
-            os.environ[key] = value
+    enginefork.install_environment(request["env"])  # type: ignore[arg-type]
     null = os.open(os.devnull, os.O_RDONLY)
     log = os.open(str(request["log"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(null, 0)

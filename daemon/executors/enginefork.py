@@ -79,6 +79,25 @@ def _apply_openmp_env() -> None:
         torch.set_num_threads(int(threads))
 
 
+def install_environment(env: Mapping[str, str]) -> None:
+    """Make os.environ `env` in a forked process, writing the changed keys only: emptying
+    it first would keep vLLM's setproctitle from naming the process ("VLLM::EngineCore"),
+    which tools look for."""
+    for key in os.environ.keys() - env.keys():
+        del os.environ[key]
+    for key, value in env.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
+
+
+def preload() -> None:
+    """Import here what the forkserver preloads (PRELOAD), but for the module that would
+    tie this process to its parent."""
+    for name in PRELOAD:
+        if name != _SPAWNED_ONLY:
+            importlib.import_module(name)
+
+
 class _Lifelined:
     """A process that ends with the daemon (lifeline.py), watching from its first step."""
 
@@ -104,13 +123,7 @@ class _Carried(_Lifelined):
         spawn.notify_started()
 
     def run(self) -> None:
-        # Changed keys only: emptying os.environ first would keep vLLM's setproctitle
-        # from naming the process ("VLLM::EngineCore"), which tools look for.
-        for key in os.environ.keys() - self._carried_env.keys():
-            del os.environ[key]
-        for key, value in self._carried_env.items():
-            if os.environ.get(key) != value:
-                os.environ[key] = value
+        install_environment(self._carried_env)
         _apply_openmp_env()
         super().run()
 
@@ -175,9 +188,7 @@ def fork_now() -> None:
         return
     _FORKSERVER.set_forkserver_preload(PRELOAD)
     resource_tracker.ensure_running()  # as ensure_running does: its fd goes to each child
-    for name in PRELOAD:
-        if name != _SPAWNED_ONLY:
-            importlib.import_module(name)
+    preload()
     sys.stdout.flush()
     sys.stderr.flush()
     with socket.socket(socket.AF_UNIX) as listener:

@@ -79,7 +79,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # More flags for vLLM's server alone (`--tool-call-parser pythonic`, ...).
     vllm_flags: tuple[str, ...] = ()
     # More environment for vLLM's server alone (name, value): a test that only needs its
-    # answers runs its engine in one process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
+    # answers runs the model in the EngineCore, without a worker process
+    # (VLLM_ENABLE_V1_MULTIPROCESSING=0).
     vllm_env: tuple[tuple[str, str], ...] = ()
     # lengthwise's [engine] kind: "vllm", or "sim" (the simulated engine: tests of a
     # harness, no vLLM server beside it).

@@ -218,6 +218,7 @@ class EventHandling:
                 job.checkpoint_tokens = policy.next_checkpoint(job)
         self._dirty = True
 
+    # ---- stops --------------------------------------------------------------------------
 
     def _stop(self, job: Job, why: StopRequest) -> None:
         """Ask the job's executor to stop it; abort beats preempt, each is asked once."""
@@ -268,7 +269,6 @@ class EventHandling:
             self._ended.put_nowait(job)
         if not self._jobs and not self._arriving:
             self._idle.set()
-
 
     def fail_waiting(self, error: str) -> None:
         """No engine can serve any more: stop accepting, end every waiting job with error."""

@@ -106,8 +106,9 @@ def test_step_log_turns_on_every_engines_step_lines(tmp_path: Path) -> None:
 
 
 def test_vllm_env_reaches_vllms_server_alone() -> None:
-    """Settings.vllm_env (a test's one-process vLLM server) is not lengthwise's: in the
-    daemon it would run AsyncLLM's engine core in the daemon's own process."""
+    """Settings.vllm_env (a test's vLLM server without a worker process) is not
+    lengthwise's: on CPU its engine needs the worker process, where vLLM sets the OpenMP
+    environment (vLLM's CPU platform keeps the multiprocess executor unless it is set)."""
     s = Settings(model=Path("m"), vllm_env=(("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),))
     assert environment(s, parse_system("vllm"))["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in environment(

@@ -171,8 +171,9 @@ def answers(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Answe
     folder = tmp_path_factory.mktemp("differential")
     flags = ("--enable-auto-tool-choice", "--tool-call-parser", PARSER,
              "--enable-scale-out")  # the render endpoints (lengthwise always serves them)
-    # Its engine in one process (no worker process, no second import of vLLM: ready in
-    # ~30 s, not ~46, alone on 2 cores); the answers are the engine's all the same.
+    # Its EngineCore runs the model itself (no worker process beside it, one spawn and one
+    # import of vLLM fewer: ready in ~30 s, not ~46, alone on 2 cores); the answers are the
+    # engine's all the same.
     vllm = Server(parse_system("vllm"), Settings(
         model=tiny_model, dtype="float32", vllm_flags=flags,
         vllm_env=(("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),)), folder)

@@ -153,6 +153,10 @@ class SloConfig(_Section, frozen=True):
     # overload, refuse nothing it would serve in time (daemon/core/forecast.py). 0: refuse
     # on the forecast alone (the rule before 2026-11-29's fourteenth session).
     refuse_after_late: Annotated[int, msgspec.Meta(ge=0), BENCH_KNOB] = 1
+    # With this set, it refuses on a forecast only while requests come in at least this
+    # many times faster than they end (over 30 s, read at an arrival and held 10 s): late
+    # jobs from a burst at light load refuse nothing (daemon/core/overload.py). 0: off.
+    refuse_inflow: Annotated[float, msgspec.Meta(ge=0), BENCH_KNOB] = 0.0
     # A forecast of the wait refuses only a first token it predicts past this many times the
     # objective (1.25: 25 % over); a miss known without one (the time waited) is refused at
     # any overshoot. In shadow mode at 1.0-2x, would-be refusals predicted past 1.25x missed

@@ -77,6 +77,7 @@ def adopt_slo(forecast: Forecaster, slo: SloConfig) -> None:
     forecast.enforce = slo.enforce
     forecast.refuse_quantile = slo.refuse_quantile
     forecast.overload.after_late = slo.refuse_after_late
+    forecast.overload.inflow = slo.refuse_inflow
     forecast.refuse_overshoot = slo.refuse_overshoot
     moved = (forecast.promote_slack, forecast.waiting.late_in_place) != (
         slo.promote_slack, slo.late == "in-place")

@@ -152,6 +152,7 @@ class Forecaster:
         cannot meet its objective; QueueFull at max_waiting unless a sheddable job of a
         less urgent class gives up its room (its id is returned and added to `shedding`)."""
         wait, memory = 0.0, False
+        self.overload.arrived(self.now())
         if job.on_time:
             ahead = self.ahead_of(job, pending)
             behind = self._wait_behind(job, ahead)
@@ -195,13 +196,16 @@ class Forecaster:
             return None
         ahead = self.ahead_of(job, pending)
         refusal = self._refusal(job, self._wait_behind(job, ahead), len(ahead))
-        if refusal is not None and self.trace.on:
-            self._trace_refusal(job, refusal, probe=True)
+        if refusal is not None:
+            self.overload.arrived(self.now())  # refused here, it never reaches admit
+            if self.trace.on:
+                self._trace_refusal(job, refusal, probe=True)
         return refusal
 
     def _trace_refusal(self, job: Job, refusal: Refusal, probe: bool) -> None:
         now = self.now()
-        self.trace.refused(now, job, refusal, probe, self.overload.late_jobs(now))
+        self.trace.refused(now, job, refusal, probe, self.overload.late_jobs(now),
+                           self.overload.inflow_ratio(now))
 
     def _refusal(self, job: Job, wait: Wait, ahead: int) -> Refusal | None:
         """Why `job`, forecast to start after `wait` (with `ahead` jobs before it), cannot
@@ -223,7 +227,7 @@ class Forecaster:
             seconds, memory = wait.queue_s, False
         else:
             seconds, memory = wait.s, wait.memory
-        if not self.learned(memory) or not self.overloaded():
+        if not self.learned(memory) or not self.refusing():
             seconds = 0.0
         margin = self.margin(memory) if seconds else COLD_RATIO
         waited = self.now() - job.arrival_time
@@ -331,8 +335,12 @@ class Forecaster:
         self.promises.started(job_id, now)
 
     def overloaded(self) -> bool:
-        """Whether a forecast of the queue may refuse now (Overload.active)."""
+        """Whether the queue says overload now (Overload.active): on-time jobs by slack."""
         return self.overload.active(self.now())
+
+    def refusing(self) -> bool:
+        """Whether a forecast of the queue may refuse now (Overload.refusing)."""
+        return self.overload.refusing(self.now())
 
     def margin(self, memory: bool = False) -> float:
         """The learned margin (a ratio, refuse_quantile of real / forecast wait) of

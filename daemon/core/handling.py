@@ -263,6 +263,7 @@ class EventHandling:
         job.finish_reason = reason
         self._jobs.pop(job.job_id, None)
         self.forecast.promises.forget(job.job_id)  # (started ones were taken back already)
+        self.forecast.overload.ended(job.finish_time)
         self._streams.pop(job.job_id).finish(reason, error, dropped)
         self.estimates.job_ended(job)
         if self._ended is not None:

@@ -89,13 +89,16 @@ class Trace:
                             for other in lane.running.values()}}
                 for lane in lanes if lane.capacity is not None and lane.down_reason is None]})
 
-    def refused(self, now: float, job: Job, refusal: Refusal, probe: bool, late: int) -> None:
+    def refused(self, now: float, job: Job, refusal: Refusal, probe: bool, late: int,
+                inflow: float) -> None:
         """A refusal on a forecast (enforced or, in shadow mode, counted), `probe`: made
         before the prompt was tokenized (the HTTP layer's early test, where most are): how
         far over the objective the forecast put it, for refusal precision by overshoot, and
-        the `late` jobs the overload gate counted (overload.py)."""
+        the `late` jobs and the `inflow` (arrivals / ends) the overload gate read
+        (overload.py)."""
         self._write({
             "ev": "refuse", "t": now, "id": job.job_id, "probe": probe, "late": late,
+            "inflow": round(inflow, 3),
             "cause": refusal.cause, "predicted_s": refusal.predicted_s,
             "overshoot": None if job.slo is None else refusal.overshoot(job.slo),
             "wait_s": refusal.wait_s, "margin": refusal.margin, "ahead": refusal.ahead})

@@ -118,5 +118,6 @@ class PredictedTtftCollector(Collector):
         yield GaugeMetricFamily(
             "lengthwise_slo_overloaded", "1 while admission may refuse on a forecast of the "
             "queue: a waiting request turned late, or a request was refused on a forecast, "
-            f"in the last {LATE_HORIZON_S:g} s ([slo] refuse_after_late); 0: it refuses no "
-            "request on its forecast wait", value=float(forecast.overloaded()))
+            f"in the last {LATE_HORIZON_S:g} s ([slo] refuse_after_late), and with [slo] "
+            "refuse_inflow set, requests came in at least that much faster than they ended; "
+            "0: it refuses no request on its forecast wait", value=float(forecast.refusing()))

@@ -13,7 +13,7 @@ from daemon.core.costmodel import CostModel
 from daemon.core.events import Capacity, Event
 from daemon.core.job import Job, JobStatus, SamplingSpec, Slo
 from daemon.core.lanes import Lane
-from daemon.core.overload import LATE_HORIZON_S
+from daemon.core.overload import INFLOW_MIN_ARRIVALS, INFLOW_WINDOW_S, LATE_HORIZON_S, Overload
 from daemon.core.ports import SloUnreachable
 from daemon.core.scheduler import Scheduler
 from daemon.core.settings import SchedulerConfig
@@ -227,6 +227,70 @@ async def test_a_forecast_refuses_only_once_waiting_jobs_turned_late() -> None:
     assert not core.waiting.by_slack  # the policy's order again
     waited = new_job("w", 5, now - 2.0, slo=Slo(ttft_s=0.5))  # 0.5 s objective, 2 s waited
     assert forecast.refusal(waited) is not None
+
+
+def test_the_inflow_is_read_at_an_arrival_and_held() -> None:
+    """[slo] refuse_inflow = 1.25: an arrival reads arrivals / ends over the last
+    INFLOW_WINDOW_S (none read below INFLOW_MIN_ARRIVALS arrivals); one that reads 1.25 or
+    more lets the gate refuse for LATE_HORIZON_S; the window forgets what is older."""
+    overload = Overload()  # after_late = 0: late jobs always say overload
+    assert overload.refusing(0.0)  # refuse_inflow off: the late jobs' gate alone
+    overload.inflow = 1.25
+    assert not overload.refusing(0.0)
+    for k in range(INFLOW_MIN_ARRIVALS - 1):  # 7 arrivals, no end: too few to read
+        overload.arrived(k * 0.1)
+    assert overload.inflow_ratio(1.0) == INFLOW_MIN_ARRIVALS - 1
+    assert not overload.refusing(1.0)
+    for k in range(6):  # 8 arrivals over 6 ends: 1.33
+        overload.ended(1.0)
+    overload.arrived(1.0)
+    assert overload.inflow_ratio(1.0) == pytest.approx(8 / 6) and overload.refusing(1.0)
+    assert overload.refusing(1.0 + LATE_HORIZON_S - 0.5)  # held, with no arrival since
+    assert not overload.refusing(1.0 + LATE_HORIZON_S + 0.5)
+    overload.ended(2.0)
+    overload.arrived(2.0)  # 9 over 7: 1.29, read again
+    assert overload.refusing(2.0 + LATE_HORIZON_S - 0.5)
+    for k in range(2):
+        overload.ended(3.0)
+    overload.arrived(3.0)  # 10 over 9: 1.11, not over; the last read holds still
+    assert overload.inflow_ratio(3.0) == pytest.approx(10 / 9)
+    assert not overload.refusing(2.0 + LATE_HORIZON_S + 0.5)
+    late = 3.0 + INFLOW_WINDOW_S + 1.0  # all of it out of the window
+    assert overload.inflow_ratio(late) == 0.0
+    overload.after_late = 1  # and the late jobs' gate still asked: none late
+    for k in range(INFLOW_MIN_ARRIVALS):
+        overload.arrived(late)
+    assert overload.inflow_ratio(late) == INFLOW_MIN_ARRIVALS and not overload.refusing(late)
+    overload.turned_late(late)
+    assert overload.refusing(late)
+
+
+@pytest.mark.asyncio
+async def test_with_refuse_inflow_a_forecast_refuses_only_while_work_comes_in_faster(
+        ) -> None:
+    """Admission counts each arrival and the core each end (handling._end); with
+    refuse_inflow set, a forecast that misses the objective is accepted while requests end
+    as fast as they come, refused once they come faster, and a refusal counts as an
+    arrival that never ends."""
+    core = frozen_core()
+    forecast, now = core.forecast, core.now()
+    forecast.overload.inflow = 1.25
+    core.lanes[0].running["r"] = new_job("r", 100, now)  # a forecast wait of 1 s
+    learn_forecast_errors(forecast)
+    for k in range(INFLOW_MIN_ARRIVALS):  # best-effort requests that come and go
+        job = new_job(f"b{k}", 5, now)
+        forecast.admit(job, [], 0, 100, set())
+        core.forecast.overload.ended(now)
+    assert forecast.overloaded() and not forecast.refusing()
+    assert forecast.refusal(new_job("n", 5, now, slo=Slo(ttft_s=0.5))) is None
+    for k in range(3):  # three more that stay: 11 over 8
+        forecast.admit(new_job(f"s{k}", 5, now), [], 0, 100, set())
+    assert forecast.refusing()
+    with pytest.raises(SloUnreachable):
+        forecast.admit(new_job("m", 5, now, slo=Slo(ttft_s=0.5)), [], 0, 100, set())
+    assert forecast.overload.inflow_ratio(now) == pytest.approx(12 / 8)
+    assert forecast.refusal(new_job("p", 5, now, slo=Slo(ttft_s=0.5))) is not None
+    assert forecast.overload.inflow_ratio(now) == pytest.approx(13 / 8)  # the probe's
 
 
 @pytest.mark.asyncio

@@ -232,9 +232,9 @@ async def test_shadow_mode_serves_what_it_would_refuse_and_counts_how_it_went(
 @pytest.mark.asyncio
 async def test_the_slo_sections_admission_knobs_reach_the_core_on_reload(
         rig: tuple[httpx.AsyncClient, Service]) -> None:
-    """[slo] refuse_overshoot, late, refuse_after_late and promote_slack (benchmark knobs),
-    applied as a reload would: the forecast and the waiting set take them, and a job
-    already waiting is promoted under the new slack."""
+    """[slo] refuse_overshoot, late, refuse_after_late, refuse_inflow and promote_slack
+    (benchmark knobs), applied as a reload would: the forecast and the waiting set take
+    them, and a job already waiting is promoted under the new slack."""
     _, service = rig
     forecast, waiting = service.scheduler.forecast, service.scheduler.forecast.waiting
     assert (forecast.refuse_overshoot, waiting.late_in_place) == (1.0, True)
@@ -245,8 +245,9 @@ async def test_the_slo_sections_admission_knobs_reach_the_core_on_reload(
     before = waiting.promotion_due()
     service.apply(msgspec.structs.replace(service.config, slo=SloConfig(
         classes=CLASSES, refuse_overshoot=1.25, late="behind", refuse_after_late=3,
-        promote_slack=0.75)))
+        refuse_inflow=1.5, promote_slack=0.75)))
     assert forecast.refuse_overshoot == 1.25 and not waiting.late_in_place
     assert forecast.overload.after_late == 3 and forecast.promote_slack == 0.75
+    assert forecast.overload.inflow == 1.5
     assert before is not None and waiting.promotion_due() == pytest.approx(before - 0.5)
     waiting.remove(job)

@@ -11,7 +11,9 @@ forecast put them (the overshoot, what `[slo] refuse_overshoot` bounds): how man
 bound would have accepted, and how many of those the baseline served in time; and the near
 ones (within NEAR x the objective) by the late jobs the overload gate had counted when it
 refused them (traces from 2026-12-01's 24th session on): whether a gate asking for more late
-jobs would have kept the wrong ones. Trace lines and refusals are matched in order within a
+jobs would have kept the wrong ones; and every refusal by the inflow (arrivals / ends over
+30 s) the gate read when it refused (traces from 2026-12-02 on): what `[slo] refuse_inflow`
+at each band's floor would have kept. Trace lines and refusals are matched in order within a
 server's life (a server per system and repetition, the loads in turn); a server whose counts
 differ is left out of that split.
 """
@@ -24,6 +26,7 @@ import itertools
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -34,6 +37,7 @@ from bench.servers import parse_system
 BOUNDS = (1.1, 1.25, 1.5, 2.0)  # overshoot bands: <= 1.1, 1.1-1.25, ... > 2.0
 NEAR = 1.25  # the near misses, split by late jobs
 LATE = (0, 1, 3)  # late-job bands: 0, 1, 2-3, 4+
+INFLOW = (1.1, 1.25, 1.5)  # inflow bands: < 1.1, 1.1-1.25, 1.25-1.5, 1.5+
 
 
 class Tally(msgspec.Struct):
@@ -47,13 +51,17 @@ class Tally(msgspec.Struct):
     # the near misses by late jobs at the refusal (LATE bands; traces that hold the count)
     near: list[list[int]] = msgspec.field(default_factory=lambda: [[0, 0] for _ in
                                                                    range(len(LATE) + 1)])
+    # every refusal by the inflow at the refusal (INFLOW bands; traces that hold it)
+    inflow: list[list[int]] = msgspec.field(default_factory=lambda: [[0, 0] for _ in
+                                                                     range(len(INFLOW) + 1)])
     unmatched: int = 0  # refusals of servers whose trace did not match (no band)
 
     def add(self, other: Tally) -> None:
         self.refused += other.refused
         self.wrong += other.wrong
         self.unmatched += other.unmatched
-        for mine, theirs in zip(self.bands + self.near, other.bands + other.near, strict=True):
+        for mine, theirs in zip(self.bands + self.near + self.inflow,
+                                other.bands + other.near + other.inflow, strict=True):
             mine[0] += theirs[0]
             mine[1] += theirs[1]
 
@@ -62,16 +70,24 @@ def band(overshoot: float) -> int:
     return bisect.bisect_left(BOUNDS, overshoot)
 
 
-def overshoots(path: Path) -> list[tuple[float, int | None]]:
-    """Each refusal on a forecast that a trace holds, in order: its overshoot, and the late
-    jobs the overload gate counted (None in traces before that count)."""
+class Shot(NamedTuple):
+    """A refusal on a forecast, as the trace holds it (None: traces before that field)."""
+
+    overshoot: float
+    late: int | None  # the late jobs the overload gate counted
+    inflow: float | None  # arrivals / ends the gate read
+
+
+def overshoots(path: Path) -> list[Shot]:
+    """Each refusal on a forecast that a trace holds, in order."""
     if not path.is_file():
         return []
     found = []
     for line in path.read_text().splitlines():
         record = json.loads(line)
         if record.get("ev") == "refuse" and record.get("overshoot") is not None:
-            found.append((float(record["overshoot"]), record.get("late")))
+            found.append(Shot(float(record["overshoot"]), record.get("late"),
+                              record.get("inflow")))
     return found
 
 
@@ -113,10 +129,12 @@ def tally(out: Path) -> dict[tuple[float, str], Tally]:
                 if not matched:
                     t.unmatched += 1
                     continue
-                over, late = shots[k]
-                counts = [t.bands[band(over)]]
-                if over <= NEAR and late is not None:
-                    counts.append(t.near[bisect.bisect_left(LATE, late)])
+                shot = shots[k]
+                counts = [t.bands[band(shot.overshoot)]]
+                if shot.overshoot <= NEAR and shot.late is not None:
+                    counts.append(t.near[bisect.bisect_left(LATE, shot.late)])
+                if shot.inflow is not None:
+                    counts.append(t.inflow[bisect.bisect_right(INFLOW, shot.inflow)])
                 for count in counts:
                     count[0] += 1
                     count[1] += wrong
@@ -139,16 +157,20 @@ def table(tallies: dict[tuple[float, str], Tally], baseline: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def near_table(tallies: dict[tuple[float, str], Tally]) -> str:
-    """The refusals within NEAR x, wrong / refused by late jobs at the refusal; "" where no
-    trace held the count."""
-    if not any(n for t in tallies.values() for n, _ in t.near):
+def split_table(tallies: dict[tuple[float, str], Tally], split: str) -> str:
+    """Wrong / refused by the trace's `split` ("near": the refusals within NEAR x by late
+    jobs; "inflow": all of them by inflow); "" where no trace held it."""
+    names = {"near": ["0 late", "1 late", "2-3 late", "4+ late"],
+             "inflow": [f"inflow < {INFLOW[0]:g}"]
+             + [f"{lo:g}-{hi:g}" for lo, hi in itertools.pairwise(INFLOW)]
+             + [f">= {INFLOW[-1]:g}"]}[split]
+    if not any(n for t in tallies.values() for n, _ in getattr(t, split)):
         return ""
-    names = ["0 late", "1 late", "2-3 late", "4+ late"]
     lines = ["| load | system | " + " | ".join(f"{name}: wrong / refused" for name in names)
              + " |", "|---" * (2 + len(names)) + "|"]
     for (load, system), t in sorted(tallies.items()):
-        lines.append(f"| {load:g}x | {system} | " + " | ".join(_cells(t.near)) + " |")
+        lines.append(f"| {load:g}x | {system} | " + " | ".join(_cells(getattr(t, split)))
+                     + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -178,10 +200,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no refusals in these sweeps")
         return 0
     print(table(tallies, baseline), end="")
-    if near := near_table(tallies):
+    if near := split_table(tallies, "near"):
         print(f"\nThe near misses (forecast within {NEAR:g}x of the objective) by the late jobs "
               "the overload gate had counted when it refused them:\n")
         print(near, end="")
+    if inflow := split_table(tallies, "inflow"):
+        print("\nEvery refusal by the inflow (arrivals / ends over 30 s) the gate read when "
+              "it refused:\n")
+        print(inflow, end="")
     return 0
 
 

@@ -94,8 +94,9 @@ async def test_a_refusal_on_a_forecast_writes_how_far_over_it_was(tmp_path: Path
         forecast.admit(new_job("m", 5, now, slo=Slo(ttft_s=0.25)), [], 0, 10, set())
     assert forecast.refusal(new_job("k", 5, now, slo=Slo(ttft_s=2.0))) is None  # no line
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    refusals = [(r["id"], r["probe"], r["cause"], round(r["overshoot"], 1), r["late"])
-                for r in lines if r["ev"] == "refuse"]
-    assert refusals == [("n", True, "ttft:queue", 2.0, 0), ("m", False, "ttft:queue", 4.0, 1)]
+    refusals = [(r["id"], r["probe"], r["cause"], round(r["overshoot"], 1), r["late"],
+                 r["inflow"]) for r in lines if r["ev"] == "refuse"]
+    assert refusals == [("n", True, "ttft:queue", 2.0, 0, 1.0),  # arrivals / ends: 1 / 0
+                        ("m", False, "ttft:queue", 4.0, 1, 2.0)]
     assert [r["ev"] for r in lines] == ["refuse", "admit", "refuse"]
     forecast.trace.close()

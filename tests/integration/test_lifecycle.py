@@ -74,7 +74,10 @@ def _start(tmp_path: Path, model: Path, notify: NotifySocket) -> DaemonProcess:
     config = tmp_path / "lengthwise.toml"
     config.write_text(config_text(model, free_port()))
     env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "400000"}
-    return DaemonProcess(config, tmp_path / "daemon.log", env, warm=False)  # as systemd does
+    # Forked warm (tests/warmstart.py): the child is the process systemd would start, with
+    # default signal handlers and this environment; the console script's cold start is
+    # tests/reliability/test_daemon_kill.py's (~10 s of a worker less here).
+    return DaemonProcess(config, tmp_path / "daemon.log", env)
 
 
 def _stream_body(max_tokens: int) -> dict[str, object]:

@@ -11,11 +11,13 @@ gate, 8 draws met more requests' objectives at 1.0x in 6 of 6 with a third of th
 (docs/results/2026-11-29-refuse-after-late.md).
 
 Late jobs also come at light load, from one burst or a slow hour of the engine, and a
-refusal then is mostly wrong: vLLM served in time 18 of the 48 requests the default refused
-at 0.65x. With [slo] refuse_inflow set, the gate asks as well for the work to come in faster
-than it leaves: arrivals over ends in the last INFLOW_WINDOW_S at least refuse_inflow, read
-at an arrival, and held LATE_HORIZON_S once read (the refusals it makes count as arrivals
-that never end, so an overload it refuses goes on reading as one)
+refusal then is often wrong: vLLM's server served in time 7 of the 28 requests the default
+refused at 0.65x on three draws. With [slo] refuse_inflow set (a benchmark knob, off), the
+gate asks as well for the work to come in faster than it leaves: arrivals over ends in the
+last INFLOW_WINDOW_S at least refuse_inflow, read at an arrival, and held LATE_HORIZON_S
+once read (the refusals it makes count as arrivals that never end, so an overload it
+refuses goes on reading as one). 1.25 on the same draws met fewer objectives at 0.65x
+(0.91x), more at 1.0x (1.10x), and its refusals were no more precise: not adopted
 (docs/results/2026-12-02-inflow-gate.md).
 """
 

@@ -13,7 +13,8 @@ ones (within NEAR x the objective) by the late jobs the overload gate had counte
 refused them (traces from 2026-12-01's 24th session on): whether a gate asking for more late
 jobs would have kept the wrong ones; and every refusal by the inflow (arrivals / ends over
 30 s) the gate read when it refused (traces from 2026-12-02 on): what `[slo] refuse_inflow`
-at each band's floor would have kept. Trace lines and refusals are matched in order within a
+at each band's floor would have kept; and by the learned margin the forecast was multiplied
+by (real / forecast wait of recent promised starts). Trace lines and refusals are matched in order within a
 server's life (a server per system and repetition, the loads in turn); a server whose counts
 differ is left out of that split.
 """
@@ -38,6 +39,7 @@ BOUNDS = (1.1, 1.25, 1.5, 2.0)  # overshoot bands: <= 1.1, 1.1-1.25, ... > 2.0
 NEAR = 1.25  # the near misses, split by late jobs
 LATE = (0, 1, 3)  # late-job bands: 0, 1, 2-3, 4+
 INFLOW = (1.1, 1.25, 1.5)  # inflow bands: < 1.1, 1.1-1.25, 1.25-1.5, 1.5+
+MARGIN = (1.0, 1.5, 2.0, 3.0)  # margin bands: < 1, 1-1.5, 1.5-2, 2-3, 3+
 
 
 class Tally(msgspec.Struct):
@@ -54,14 +56,18 @@ class Tally(msgspec.Struct):
     # every refusal by the inflow at the refusal (INFLOW bands; traces that hold it)
     inflow: list[list[int]] = msgspec.field(default_factory=lambda: [[0, 0] for _ in
                                                                      range(len(INFLOW) + 1)])
+    # every refusal on a forecast by the margin it was multiplied by (MARGIN bands)
+    margin: list[list[int]] = msgspec.field(default_factory=lambda: [[0, 0] for _ in
+                                                                     range(len(MARGIN) + 1)])
     unmatched: int = 0  # refusals of servers whose trace did not match (no band)
 
     def add(self, other: Tally) -> None:
         self.refused += other.refused
         self.wrong += other.wrong
         self.unmatched += other.unmatched
-        for mine, theirs in zip(self.bands + self.near + self.inflow,
-                                other.bands + other.near + other.inflow, strict=True):
+        for mine, theirs in zip(self.bands + self.near + self.inflow + self.margin,
+                                other.bands + other.near + other.inflow + other.margin,
+                                strict=True):
             mine[0] += theirs[0]
             mine[1] += theirs[1]
 
@@ -76,6 +82,7 @@ class Shot(NamedTuple):
     overshoot: float
     late: int | None  # the late jobs the overload gate counted
     inflow: float | None  # arrivals / ends the gate read
+    margin: float | None  # the learned margin the forecast wait was multiplied by
 
 
 def overshoots(path: Path) -> list[Shot]:
@@ -87,7 +94,7 @@ def overshoots(path: Path) -> list[Shot]:
         record = json.loads(line)
         if record.get("ev") == "refuse" and record.get("overshoot") is not None:
             found.append(Shot(float(record["overshoot"]), record.get("late"),
-                              record.get("inflow")))
+                              record.get("inflow"), record.get("margin")))
     return found
 
 
@@ -135,6 +142,8 @@ def tally(out: Path) -> dict[tuple[float, str], Tally]:
                     counts.append(t.near[bisect.bisect_left(LATE, shot.late)])
                 if shot.inflow is not None:
                     counts.append(t.inflow[bisect.bisect_right(INFLOW, shot.inflow)])
+                if shot.margin is not None:
+                    counts.append(t.margin[bisect.bisect_right(MARGIN, shot.margin)])
                 for count in counts:
                     count[0] += 1
                     count[1] += wrong
@@ -159,11 +168,10 @@ def table(tallies: dict[tuple[float, str], Tally], baseline: str) -> str:
 
 def split_table(tallies: dict[tuple[float, str], Tally], split: str) -> str:
     """Wrong / refused by the trace's `split` ("near": the refusals within NEAR x by late
-    jobs; "inflow": all of them by inflow); "" where no trace held it."""
+    jobs; "inflow", "margin": all of them by inflow, by margin); "" where no trace held
+    it."""
     names = {"near": ["0 late", "1 late", "2-3 late", "4+ late"],
-             "inflow": [f"inflow < {INFLOW[0]:g}"]
-             + [f"{lo:g}-{hi:g}" for lo, hi in itertools.pairwise(INFLOW)]
-             + [f">= {INFLOW[-1]:g}"]}[split]
+             "inflow": _names("inflow", INFLOW), "margin": _names("margin", MARGIN)}[split]
     if not any(n for t in tallies.values() for n, _ in getattr(t, split)):
         return ""
     lines = ["| load | system | " + " | ".join(f"{name}: wrong / refused" for name in names)
@@ -172,6 +180,12 @@ def split_table(tallies: dict[tuple[float, str], Tally], split: str) -> str:
         lines.append(f"| {load:g}x | {system} | " + " | ".join(_cells(getattr(t, split)))
                      + " |")
     return "\n".join(lines) + "\n"
+
+
+def _names(what: str, bounds: tuple[float, ...]) -> list[str]:
+    return ([f"{what} < {bounds[0]:g}"] + [f"{lo:g}-{hi:g}" for lo, hi in
+                                           itertools.pairwise(bounds)]
+            + [f">= {bounds[-1]:g}"])
 
 
 def _cells(counts: list[list[int]]) -> list[str]:
@@ -208,6 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nEvery refusal by the inflow (arrivals / ends over 30 s) the gate read when "
               "it refused:\n")
         print(inflow, end="")
+    if margin := split_table(tallies, "margin"):
+        print("\nEvery refusal on a forecast by the learned margin it was multiplied by:\n")
+        print(margin, end="")
     return 0
 
 

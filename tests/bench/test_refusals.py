@@ -43,7 +43,8 @@ def test_refusals_judged_by_the_baseline_and_split_by_overshoot(
     """At 1x lengthwise refused requests 1 and 2, which vLLM's server served in 0.5 s
     (wrong) and 3 s (right); at 2x request 0, which vLLM served late (right). The trace's
     refusals, in order, were 1.2x, 3.0x and 1.6x over the objective (1 s), with 1, 4 and 0
-    late jobs counted by the overload gate and an inflow of 1.0, 1.3 and 1.6 read."""
+    late jobs counted by the overload gate, an inflow of 1.0, 1.3 and 1.6 read, and margins
+    of 9.9, 1.2 and 0.8."""
     results = SweepResults(
         model="tiny", systems=["vllm", SYSTEM], loads=[1.0, 2.0], repeats=1,
         capacity_rps=1.0, capacity_how="given", workload=WorkloadSpec(num=3),
@@ -56,8 +57,9 @@ def test_refusals_judged_by_the_baseline_and_split_by_overshoot(
     _write(tmp_path, "lengthwise-ssjf", SYSTEM, 2.0, [None, 0.5, 0.5])
     trace = [{"ev": "admit", "t": 0.0, "id": "x"}] + [
         {"ev": "refuse", "t": float(k), "id": f"r{k}", "probe": True, "overshoot": over,
-         "late": late, "inflow": inflow}
-        for k, (over, late, inflow) in enumerate(((1.2, 1, 1.0), (3.0, 4, 1.3), (1.6, 0, 1.6)))]
+         "late": late, "inflow": inflow, "margin": margin}
+        for k, (over, late, inflow, margin) in enumerate(
+            ((1.2, 1, 1.0, 9.9), (3.0, 4, 1.3, 1.2), (1.6, 0, 1.6, 0.8)))]
     (tmp_path / "lengthwise-ssjf.trace.jsonl").write_text(
         "\n".join(json.dumps(line) for line in trace))
     tallies = refusals.tally(tmp_path)
@@ -69,11 +71,14 @@ def test_refusals_judged_by_the_baseline_and_split_by_overshoot(
     assert two.near == [[0, 0]] * 4  # 1.6x: not a near miss
     assert one.inflow == [[1, 1], [0, 0], [1, 0], [0, 0]]  # the wrong one at inflow 1.0
     assert two.inflow == [[0, 0], [0, 0], [0, 0], [1, 0]]
+    assert one.margin == [[0, 0], [1, 0], [0, 0], [0, 0], [1, 1]]  # the wrong one at 9.9
+    assert two.margin == [[1, 0], [0, 0], [0, 0], [0, 0], [0, 0]]
     assert refusals.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| 1x | lengthwise:ssjf | 2 | 1 | 50 % | – | 1 / 1 | – | – | 0 / 1 |" in out
     assert "| 1x | lengthwise:ssjf | – | 1 / 1 | – | – |" in out  # by late jobs
     assert "| 1x | lengthwise:ssjf | 1 / 1 | – | 0 / 1 | – |" in out  # by inflow
+    assert "| 1x | lengthwise:ssjf | – | 0 / 1 | – | – | 1 / 1 |" in out  # by margin
     # a trace that does not match the refusals (one line short): counted, not split
     (tmp_path / "lengthwise-ssjf.trace.jsonl").write_text(
         "\n".join(json.dumps(line) for line in trace[:-1]))

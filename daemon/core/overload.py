@@ -45,6 +45,7 @@ class _Counts:
             self._seconds[-1][1] += 1
         else:
             self._seconds.append([second, 1])
+            self.count(now)  # the seconds out of the window leave, read or not
         self._total += 1
 
     def count(self, now: float) -> int:

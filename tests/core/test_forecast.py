@@ -263,6 +263,12 @@ def test_the_inflow_is_read_at_an_arrival_and_held() -> None:
     assert overload.inflow_ratio(late) == INFLOW_MIN_ARRIVALS and not overload.refusing(late)
     overload.turned_late(late)
     assert overload.refusing(late)
+    quiet = Overload()  # refuse_inflow off: nothing reads the counts; they stay bounded
+    for second in range(10 * INFLOW_WINDOW_S):
+        quiet.arrived(float(second))
+        quiet.ended(float(second))
+    assert len(quiet._arrived._seconds) <= INFLOW_WINDOW_S + 1
+    assert len(quiet._ended._seconds) <= INFLOW_WINDOW_S + 1
 
 
 @pytest.mark.asyncio

@@ -42,23 +42,24 @@ INFLOW = (1.1, 1.25, 1.5)  # inflow bands: < 1.1, 1.1-1.25, 1.25-1.5, 1.5+
 MARGIN = (1.0, 1.5, 2.0, 3.0)  # margin bands: < 1, 1-1.5, 1.5-2, 2-3, 3+
 
 
+def _counts(bands: int) -> list[list[int]]:
+    """A Tally field: [refused, wrong] per band, fresh for each Tally."""
+    return msgspec.field(default_factory=lambda: [[0, 0] for _ in range(bands)])
+
+
 class Tally(msgspec.Struct):
     """Refusals at one (load, system) over its repetitions, and how many the baseline
     served in time; by overshoot band where the trace says."""
 
     refused: int = 0
     wrong: int = 0
-    bands: list[list[int]] = msgspec.field(default_factory=lambda: [[0, 0] for _ in
-                                                                     range(len(BOUNDS) + 1)])
+    bands: list[list[int]] = _counts(len(BOUNDS) + 1)
     # the near misses by late jobs at the refusal (LATE bands; traces that hold the count)
-    near: list[list[int]] = msgspec.field(default_factory=lambda: [[0, 0] for _ in
-                                                                   range(len(LATE) + 1)])
+    near: list[list[int]] = _counts(len(LATE) + 1)
     # every refusal by the inflow at the refusal (INFLOW bands; traces that hold it)
-    inflow: list[list[int]] = msgspec.field(default_factory=lambda: [[0, 0] for _ in
-                                                                     range(len(INFLOW) + 1)])
+    inflow: list[list[int]] = _counts(len(INFLOW) + 1)
     # every refusal on a forecast by the margin it was multiplied by (MARGIN bands)
-    margin: list[list[int]] = msgspec.field(default_factory=lambda: [[0, 0] for _ in
-                                                                     range(len(MARGIN) + 1)])
+    margin: list[list[int]] = _counts(len(MARGIN) + 1)
     unmatched: int = 0  # refusals of servers whose trace did not match (no band)
 
     def add(self, other: Tally) -> None:

@@ -227,7 +227,7 @@ class Forecaster:
             seconds, memory = wait.queue_s, False
         else:
             seconds, memory = wait.s, wait.memory
-        if not self.learned(memory) or not self.refusing():
+        if not self.learned(memory) or not self.overload.refusing(self.now()):
             seconds = 0.0
         margin = self.margin(memory) if seconds else COLD_RATIO
         waited = self.now() - job.arrival_time
@@ -337,10 +337,6 @@ class Forecaster:
     def overloaded(self) -> bool:
         """Whether the queue says overload now (Overload.active): on-time jobs by slack."""
         return self.overload.active(self.now())
-
-    def refusing(self) -> bool:
-        """Whether a forecast of the queue may refuse now (Overload.refusing)."""
-        return self.overload.refusing(self.now())
 
     def margin(self, memory: bool = False) -> float:
         """The learned margin (a ratio, refuse_quantile of real / forecast wait) of

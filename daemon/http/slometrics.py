@@ -120,4 +120,5 @@ class PredictedTtftCollector(Collector):
             "queue: a waiting request turned late, or a request was refused on a forecast, "
             f"in the last {LATE_HORIZON_S:g} s ([slo] refuse_after_late), and with [slo] "
             "refuse_inflow set, requests came in at least that much faster than they ended; "
-            "0: it refuses no request on its forecast wait", value=float(forecast.refusing()))
+            "0: it refuses no request on its forecast wait",
+            value=float(forecast.overload.refusing(forecast.now())))

@@ -287,11 +287,11 @@ async def test_with_refuse_inflow_a_forecast_refuses_only_while_work_comes_in_fa
         job = new_job(f"b{k}", 5, now)
         forecast.admit(job, [], 0, 100, set())
         core.forecast.overload.ended(now)
-    assert forecast.overloaded() and not forecast.refusing()
+    assert forecast.overloaded() and not forecast.overload.refusing(now)
     assert forecast.refusal(new_job("n", 5, now, slo=Slo(ttft_s=0.5))) is None
     for k in range(3):  # three more that stay: 11 over 8
         forecast.admit(new_job(f"s{k}", 5, now), [], 0, 100, set())
-    assert forecast.refusing()
+    assert forecast.overload.refusing(now)
     with pytest.raises(SloUnreachable):
         forecast.admit(new_job("m", 5, now, slo=Slo(ttft_s=0.5)), [], 0, 100, set())
     assert forecast.overload.inflow_ratio(now) == pytest.approx(12 / 8)
